@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Every test and check, as CI runs them (CI runs exactly this script):
+#   1. formatting (clang-format), static analysis (clang-tidy), API docs (Doxygen, warnings fail)
+#   2. ASan + UBSan build with clang: all tests, then each libFuzzer target for a bounded time
+#   3. TSan build with clang: all tests
+#   4. the regular build (gcc, CUDA when nvcc is found): all tests; GPU tests skip without a GPU
+# Set GEARBOX_FUZZ_SECONDS to change the fuzzing time per target (default 30).
+set -euo pipefail
+source "$(dirname "$0")/env.sh"
+cd "$GEARBOX_ROOT"
+scripts/setup.sh
+et_prefix=$(executorch_prefix)
+fuzz_seconds=${GEARBOX_FUZZ_SECONDS:-30}
+sources=$(git ls-files --cached --others --exclude-standard 'include/*.h' 'src/*.h' 'src/*.cpp' 'src/*.cu' 'tools/*.h' 'tools/*.cpp' 'tests/*.h' \
+  'tests/*.cpp' 'fuzz/*.cpp' 'examples/*.cpp' 'bench/*.cpp')
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "regular build (gcc)"
+cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$et_prefix" >/dev/null
+cmake --build build/ci -j "$(jobs)"
+
+step "clang-format"
+# shellcheck disable=SC2086
+clang-format --dry-run --Werror $sources
+
+step "clang-tidy"
+# shellcheck disable=SC2046
+if ! clang-tidy -p build/ci --quiet $(git ls-files --cached --others --exclude-standard 'src/*.cpp' 'tools/*.cpp') >build/ci/clang-tidy.log 2>&1; then
+  grep -v "warnings generated" build/ci/clang-tidy.log
+  echo "clang-tidy found problems (above)"
+  exit 1
+fi
+
+step "doxygen"
+rm -rf build/docs && mkdir -p build/docs && doxygen docs/Doxyfile
+
+step "ASan + UBSan (clang) and fuzzers"
+cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
+  -DGEARBOX_WITH_EXECUTORCH=OFF -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON >/dev/null
+cmake --build build/asan -j "$(jobs)"
+ctest --test-dir build/asan -j "$(jobs)" --output-on-failure -LE compile_fail
+for fuzzer in build/asan/fuzz/fuzz_*; do
+  corpus=build/fuzz-corpus/$(basename "$fuzzer") && mkdir -p "$corpus"
+  log=build/asan/$(basename "$fuzzer").log
+  if ! "$fuzzer" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+    tail -n 60 "$log"
+    echo "$(basename "$fuzzer") found a failure (crash input saved in the working directory)"
+    exit 1
+  fi
+  echo "$(basename "$fuzzer"): $(grep -m1 -o 'number_of_executed_units: [0-9]*' "$log") runs in ${fuzz_seconds}s, no failure"
+done
+
+step "TSan (clang)"
+cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
+  -DGEARBOX_WITH_EXECUTORCH=OFF -DGEARBOX_SANITIZE=thread >/dev/null
+cmake --build build/tsan -j "$(jobs)"
+ctest --test-dir build/tsan -j "$(jobs)" --output-on-failure -LE compile_fail
+
+step "all tests (regular build)"
+ctest --test-dir build/ci -j "$(jobs)" --output-on-failure

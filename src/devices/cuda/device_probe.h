@@ -1,0 +1,18 @@
+// CUDA device discovery and a smoke kernel. Without CUDA in the build these report no
+// devices and every probe fails with kUnimplemented (device_probe_stub.cpp).
+#pragma once
+
+#include <vector>
+
+#include "gearbox/device.h"
+#include "gearbox/status.h"
+
+namespace gearbox::internal {
+
+bool cuda_built() noexcept;
+/// Every CUDA device the driver reports; empty when there is no driver or GPU.
+std::vector<DeviceInfo> cuda_devices();
+/// Fills a buffer on device `index` with a kernel, copies it back and checks it.
+Status cuda_probe(int index);
+
+}  // namespace gearbox::internal

@@ -1,0 +1,13 @@
+// The CUDA device entry points for a build without CUDA.
+#include "devices/cuda/device_probe.h"
+
+namespace gearbox::internal {
+
+bool cuda_built() noexcept { return false; }
+std::vector<DeviceInfo> cuda_devices() { return {}; }
+Status cuda_probe(int /*index*/) {
+  return unimplemented(
+      "this gearbox was built without CUDA; rebuild with -DGEARBOX_WITH_CUDA=ON on a machine with nvcc");
+}
+
+}  // namespace gearbox::internal
