@@ -9,5 +9,11 @@ namespace gearbox::cli {
 
 int run_policy(std::span<const std::string_view> args);
 int run_devices(std::span<const std::string_view> args);
+int run_build(std::span<const std::string_view> args);
+int run_run(std::span<const std::string_view> args);
+int run_generate(std::span<const std::string_view> args);
+int run_score(std::span<const std::string_view> args);
+int run_inspect(std::span<const std::string_view> args);
+int run_bench(std::span<const std::string_view> args);
 
 }  // namespace gearbox::cli

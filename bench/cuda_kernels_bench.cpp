@@ -1,0 +1,315 @@
+// Microbenchmark of the CUDA device's hot kernels at Gemma-3-1B shapes (bf16 weights):
+// decode gemv (M = 1, fused forms too), flash-decoding attention and the cuBLASLt GEMM.
+//
+// Each measurement captures max(30, copies) launches into a CUDA graph, each launch between
+// two event records, so the per-launch times carry no host launch gaps; the graph runs once
+// to warm up and once to measure, and the median and spread of the per-launch times are
+// printed with the achieved bandwidth (or FLOP/s). Weights (and KV caches) rotate over
+// enough copies (>= 240 MB together, 4x the 60 MB L2) that every launch reads its data
+// from DRAM, as in a real decode step. The event nodes themselves cost ~3 us per launch
+// (the "floor", measured first with a 1-element add): rates are printed both as measured
+// and net of that floor, which is closer to what a launch costs inside a decode graph.
+//
+//   cuda_kernels_bench            # all groups
+//   cuda_kernels_bench gemv       # one group: gemv | attention | gemm
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "devices/cuda/gemm_cublaslt.h"
+#include "devices/cuda/kernels.h"
+
+namespace {
+
+using gearbox::DataType;
+namespace cuda = gearbox::cuda;
+
+constexpr int kMinReps = 30;                          // timed launches per measurement, at least
+constexpr int64_t kRotateBytes = int64_t{240} << 20;  // > 4x the H200's 60 MB L2
+
+void check(cudaError_t err, const char* call, int line) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "cuda_kernels_bench.cpp:%d: %s failed: %s\n", line, call, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+#define CHECK(call) check((call), #call, __LINE__)
+
+void check_status(const gearbox::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+    std::exit(1);
+  }
+}
+
+/// A device allocation freed at scope exit.
+struct DeviceMemory {
+  explicit DeviceMemory(size_t bytes) { CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
+  ~DeviceMemory() { (void)cudaFree(ptr); }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+  void* ptr = nullptr;
+};
+
+/// Fills n bf16 values in [-1, 1) (the bench needs plausible magnitudes, not exact data).
+void fill_bf16(__nv_bfloat16* dst, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<__nv_bfloat16> host(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 22)));
+  for (auto& v : host) v = __float2bfloat16(dist(rng));
+  for (int64_t off = 0; off < n; off += static_cast<int64_t>(host.size())) {
+    const auto count = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(host.size()), n - off));
+    CHECK(cudaMemcpy(dst + off, host.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  }
+}
+
+void fill_f32(float* dst, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> host(static_cast<size_t>(n));
+  for (float& v : host) v = dist(rng);
+  CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+int copies_for(int64_t bytes) {
+  return static_cast<int>(std::clamp<int64_t>((kRotateBytes + bytes - 1) / std::max<int64_t>(bytes, 1), 4, 512));
+}
+
+struct Timing {
+  double median_us = 0;
+  double min_us = 0;
+  double max_us = 0;
+};
+
+/// Times launch(i) for i < max(kMinReps, copies) inside one captured graph, each launch
+/// between two events; launch(i) is to read copy i % copies of its data.
+Timing time_launches(cudaStream_t stream, int copies, const std::function<void(int)>& launch) {
+  const int reps = std::max(kMinReps, copies);
+  std::vector<cudaEvent_t> start(static_cast<size_t>(reps)), stop(static_cast<size_t>(reps));
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventCreate(&start[static_cast<size_t>(i)]));
+    CHECK(cudaEventCreate(&stop[static_cast<size_t>(i)]));
+  }
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < reps; ++i) {
+    // External: an event record node in the graph (a plain record would only order streams).
+    CHECK(cudaEventRecordWithFlags(start[static_cast<size_t>(i)], stream, cudaEventRecordExternal));
+    launch(i);
+    CHECK(cudaEventRecordWithFlags(stop[static_cast<size_t>(i)], stream, cudaEventRecordExternal));
+  }
+  CHECK(cudaStreamEndCapture(stream, &graph));
+  cudaGraphExec_t exec = nullptr;
+  CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CHECK(cudaGraphLaunch(exec, stream));  // warm-up: clocks, caches of code, TLBs
+  CHECK(cudaGraphLaunch(exec, stream));
+  CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int i = 0; i < reps; ++i) {
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, start[static_cast<size_t>(i)], stop[static_cast<size_t>(i)]));
+    us.push_back(1000.0 * ms);
+  }
+  CHECK(cudaGraphExecDestroy(exec));
+  CHECK(cudaGraphDestroy(graph));
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventDestroy(start[static_cast<size_t>(i)]));
+    CHECK(cudaEventDestroy(stop[static_cast<size_t>(i)]));
+  }
+  std::sort(us.begin(), us.end());
+  return {us[us.size() / 2], us.front(), us.back()};
+}
+
+/// Time of a launch of the smallest kernel between two event nodes: what every measurement
+/// carries besides the kernel's own time (set by measure_floor()).
+double g_floor_us = 0;
+
+/// Prints the median and spread, the rate at the median (amount / us, scaled by `per_us`)
+/// and the rate net of the launch-and-event floor.
+void print(const std::string& name, const Timing& t, double amount, double per_us, const char* unit) {
+  const double net = std::max(t.median_us - g_floor_us, 0.01);
+  std::printf("%-44s median %8.2f us [min %8.2f, max %8.2f]  %7.1f %s  (net of floor: %7.1f)\n", name.c_str(),
+              t.median_us, t.min_us, t.max_us, amount / (t.median_us * per_us), unit, amount / (net * per_us));
+}
+
+void measure_floor(cudaStream_t stream) {
+  DeviceMemory a(16), b(16);
+  CHECK(cudaMemset(a.ptr, 0, 16));
+  CHECK(cudaMemset(b.ptr, 0, 16));
+  const Timing t =
+      time_launches(stream, 1, [&](int) { CHECK(cuda::add(a.as<float>(), b.as<float>(), a.as<float>(), 1, stream)); });
+  g_floor_us = t.median_us;
+  std::printf("floor: a 1-element add between event nodes takes %.2f us (median; min %.2f, max %.2f)\n", t.median_us,
+              t.min_us, t.max_us);
+}
+
+// ---- gemv -------------------------------------------------------------------------------------
+
+struct Linear {
+  const char* name;
+  int64_t N;
+  int64_t K;
+};
+constexpr Linear kGemmaLinears[] = {{"q_proj", 1152, 1152},
+                                    {"k_proj/v_proj", 256, 1152},
+                                    {"gate_proj/up_proj", 6912, 1152},
+                                    {"down_proj", 1152, 6912},
+                                    {"lm_head (tied)", 262144, 1152}};
+
+void bench_gemv(cudaStream_t stream) {
+  std::printf("\n== gemv, bf16 weights, f32 x/y (bytes: weights + x + y) ==\n");
+  for (int64_t M : {1, 4, 8}) {
+    for (const Linear& l : kGemmaLinears) {
+      if (M > 1 && l.N == 262144) continue;
+      const int64_t w_bytes = l.N * l.K * 2;
+      const int copies = copies_for(w_bytes);
+      DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(M * l.K) * 4),
+          y(static_cast<size_t>(M * l.N) * 4);
+      fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 1);
+      fill_f32(x.as<float>(), M * l.K, 2);
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
+                                        y.as<float>(), M, l.N, l.K, stream));
+      });
+      const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
+      print("gemv M=" + std::to_string(M) + " " + l.name + " " + std::to_string(l.N) + "x" + std::to_string(l.K), t,
+            bytes, 1e3, "GB/s");
+    }
+  }
+  // Fused launches of one decode layer: QKV (1152 + 256 + 256) and gate + up (2 x 6912).
+  const int64_t K = 1152;
+  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{1152, 256, 256}, std::vector<int64_t>{6912, 6912}}) {
+    int64_t total_n = 0;
+    for (int64_t n : ns) total_n += n;
+    const int copies = copies_for(total_n * K * 2);
+    DeviceMemory w(static_cast<size_t>(total_n * K * 2) * copies), x(static_cast<size_t>(K) * 4),
+        y(static_cast<size_t>(total_n) * 4);
+    fill_bf16(w.as<__nv_bfloat16>(), total_n * K * copies, 3);
+    fill_f32(x.as<float>(), K, 4);
+    const Timing t = time_launches(stream, copies, [&](int i) {
+      cuda::GemvTarget<__nv_bfloat16> targets[cuda::kGemvMaxTargets];
+      int64_t row = 0;
+      for (size_t j = 0; j < ns.size(); ++j) {
+        targets[j] = {w.as<__nv_bfloat16>() + ((i % copies) * total_n + row) * K, nullptr, y.as<float>() + row, ns[j]};
+        row += ns[j];
+      }
+      CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), targets, static_cast<int>(ns.size()), 1, K, stream));
+    });
+    std::string name = "gemv_multi M=1 N=";
+    for (size_t j = 0; j < ns.size(); ++j) name += (j ? "+" : "") + std::to_string(ns[j]);
+    name += " K=1152";
+    print(name, t, static_cast<double>(total_n * K * 2), 1e3, "GB/s");
+  }
+}
+
+// ---- attention decode ---------------------------------------------------------------------------
+
+void bench_attention(cudaStream_t stream) {
+  std::printf("\n== attention_decode, heads 4, kv_heads 1, head_dim 256, T = 1 (bytes: K + V rows read) ==\n");
+  const int64_t heads = 4, kv_heads = 1, hd = 256, max_ctx = 4096;
+  const int64_t width = kv_heads * hd;
+  // One pool per cache; launch i reads the rows [0, ctx) of a cache starting at row i * ctx
+  // of the pool, so consecutive launches read disjoint memory.
+  const int64_t pool_floats = kRotateBytes / 4 + max_ctx * width;
+  DeviceMemory kc(static_cast<size_t>(pool_floats) * 4), vc(static_cast<size_t>(pool_floats) * 4);
+  fill_f32(kc.as<float>(), pool_floats, 5);
+  fill_f32(vc.as<float>(), pool_floats, 6);
+  DeviceMemory q(static_cast<size_t>(heads * hd) * 4), out(static_cast<size_t>(heads * hd) * 4), pos(sizeof(int32_t));
+  fill_f32(q.as<float>(), heads * hd, 7);
+  for (int max_splits : {8, 32, 128}) {
+    DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, max_splits)) * 4);
+    for (int32_t ctx : {128, 1024, 4096}) {
+      const int32_t p = ctx - 1;
+      CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+      const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        const int64_t off = (i % copies) * ctx * width;
+        CHECK(cuda::attention_decode(q.as<float>(), kc.as<float>() + off, vc.as<float>() + off, pos.ptr, false,
+                                     out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f, partials.as<float>(),
+                                     max_splits, stream));
+      });
+      const double bytes = 2.0 * ctx * width * 4;
+      print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
+                std::to_string(cuda::attention_decode_splits(max_ctx, 0, max_splits)) + ")",
+            t, bytes, 1e3, "GB/s");
+    }
+  }
+}
+
+// ---- cuBLASLt GEMM ----------------------------------------------------------------------------------
+
+void bench_gemm(cudaStream_t stream) {
+  gearbox::Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  check_status(gemm.status(), "CublasLtGemm::create");
+  std::printf("\n== cuBLASLt GEMM, bf16 weights, f32 x/y (%s; times include the x -> bf16 conversion) ==\n",
+              cuda::CublasLtGemm::version().c_str());
+  for (int64_t M : {128, 512}) {
+    for (const Linear& l : kGemmaLinears) {
+      const int64_t w_bytes = l.N * l.K * 2;
+      const int copies = copies_for(w_bytes);
+      DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(M * l.K) * 4),
+          y(static_cast<size_t>(M * l.N) * 4),
+          scratch(static_cast<size_t>(cuda::CublasLtGemm::scratch_bytes(M, l.K, DataType::kBF16)));
+      fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 8);
+      fill_f32(x.as<float>(), M * l.K, 9);
+      std::vector<cublasLtMatmulHeuristicResult_t> algos;
+      check_status((*gemm)->heuristics(M, l.N, l.K, DataType::kBF16, 8, &algos), "heuristics");
+      const double flops = 2.0 * static_cast<double>(M) * static_cast<double>(l.N) * static_cast<double>(l.K);
+      Timing best;
+      size_t best_index = 0;
+      for (size_t a = 0; a < algos.size(); ++a) {
+        const Timing t = time_launches(stream, copies, [&](int i) {
+          check_status((*gemm)->run(&algos[a].algo, x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K,
+                                    DataType::kBF16, nullptr, y.as<float>(), M, l.N, l.K, scratch.ptr, stream),
+                       "run");
+        });
+        if (a == 0) {
+          print("gemm M=" + std::to_string(M) + " " + l.name + " heuristic #0", t, flops, 1e6, "TFLOP/s");
+        }
+        if (a == 0 || t.median_us < best.median_us) {
+          best = t;
+          best_index = a;
+        }
+      }
+      print("gemm M=" + std::to_string(M) + " " + l.name + " best of " + std::to_string(algos.size()) + " (#" +
+                std::to_string(best_index) + ")",
+            best, flops, 1e6, "TFLOP/s");
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string only = argc > 1 ? argv[1] : "";
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("no CUDA device: nothing to measure\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("%s: %d SMs, %.0f MB L2, >= %d launches per measurement, data rotated over >= %lld MB\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, kMinReps, static_cast<long long>(kRotateBytes >> 20));
+  cudaStream_t stream = nullptr;
+  CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  measure_floor(stream);
+  if (only.empty() || only == "gemv") bench_gemv(stream);
+  if (only.empty() || only == "attention") bench_attention(stream);
+  if (only.empty() || only == "gemm") bench_gemm(stream);
+  CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU checks and benchmarks, on a machine with an NVIDIA GPU, from prebuilt binaries:
+#   bench/gpu/run_gpu_checks.sh BIN_DIR OUT_DIR
+# BIN_DIR holds gearbox, cuda_kernels_test, devices_gpu_test, cuda_kernels_bench (and
+# lib/ with shared libraries they need); OUT_DIR receives logs and JSON. Needs python3
+# with torch and transformers for the HF comparison on the Gemma-3-1B shape.
+set -uo pipefail
+bin=$(cd "$1" && pwd)
+out=$(mkdir -p "$2" && cd "$2" && pwd)
+root=$(cd "$(dirname "$0")/../.." && pwd)
+export LD_LIBRARY_PATH="$bin/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+gearbox="$bin/gearbox"
+work=$(mktemp -d)
+step() { printf '\n==== %s\n' "$*"; }
+status=0
+check() { "$@" || { echo "FAILED: $*"; status=1; }; }
+
+step "device"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+"$gearbox" devices --probe
+
+step "GPU tests"
+check "$bin/devices_gpu_test"
+check "$bin/cuda_kernels_test"
+
+step "compute-sanitizer"
+check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_brief=1 >"$out/memcheck.log" 2>&1
+tail -n 3 "$out/memcheck.log"
+check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
+tail -n 3 "$out/racecheck.log"
+
+step "mini Gemma-3 on CUDA: scenario, parity with the CPU device and HF"
+check "$gearbox" build --mini -o "$work/mini_cuda.gbx" --device cuda
+check "$gearbox" run "$work/mini_cuda.gbx" --device cuda
+for c in window_4x gqa_5x; do
+  check python3 "$root/tests/parity/check_parity.py" --gearbox "$gearbox" --checkpoint "$root/tests/data/parity/$c" --device cuda
+done
+check compute-sanitizer --tool memcheck --error-exitcode 9 "$gearbox" run "$work/mini_cuda.gbx" --device cuda >"$out/memcheck_run.log" 2>&1
+tail -n 2 "$out/memcheck_run.log"
+
+step "Gemma-3-1B shape, random bf16 weights: HF reference and gearbox"
+check python3 "$root/python/tools/hf_gpu_reference.py" "$work/g1b" --prompt-len 64
+check "$gearbox" build --hf "$work/g1b" -o "$work/g1b.gbx" --device cuda --max-seq 2048 2>"$out/build_1b.log"
+tail -n 1 "$out/build_1b.log"
+ids=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['prompt_ids'])))" "$work/g1b/reference.json")
+check "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --json --device cuda >"$out/score_1b.json"
+python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b.json"
+"$gearbox" inspect "$work/g1b.gbx" >"$out/inspect_1b.txt"
+
+step "benchmarks"
+check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json"
+check "$gearbox" bench "$work/mini_cuda.gbx" --device cuda --json "$out/bench_mini.json"
+check "$bin/cuda_kernels_bench" >"$out/cuda_kernels_bench.log" 2>&1
+tail -n 30 "$out/cuda_kernels_bench.log"
+rm -rf "$work"
+exit $status

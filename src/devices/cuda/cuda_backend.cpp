@@ -1,0 +1,455 @@
+// The CUDA device: weights uploaded once in their checkpoint dtype, f32 activations, our
+// kernels (devices/cuda/kernels.h) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
+// graph per static-shape profile (decode) captured once per context and replayed.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "devices/cuda/gemm_cublaslt.h"
+#include "devices/cuda/kernels.h"
+#include "ir/shape_inference.h"
+#include "runtime/device_backend.h"
+
+namespace gearbox::internal {
+namespace {
+
+using ir::Network;
+using ir::Node;
+using ir::OpKind;
+
+// Tactic ids (stored in engine files).
+constexpr uint32_t kDefault = 0;
+constexpr uint32_t kLinearGemv = 1;
+constexpr uint32_t kLinearCublasLt = 2;       // cuBLASLt's first heuristic for the call's shape
+constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [1, kAltAlgos])
+constexpr int kAltAlgos = 3;
+constexpr uint32_t kAttentionSplitKv = 1;
+constexpr uint32_t kAttentionTiled = 2;
+constexpr int kMaxSplits = 32;
+
+Status cuda_check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return {};
+  return device_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
+}
+#define GEARBOX_CUDA(call) GEARBOX_RETURN_IF_ERROR(cuda_check((call), #call))
+
+int64_t rows_of(const Dims& d) {
+  const int64_t last = d.rank() > 0 ? d[d.rank() - 1] : 1;
+  return last > 0 ? d.volume() / last : 0;
+}
+
+// ---- streams and events ----------------------------------------------------------------------
+
+class CudaEvent final : public EventImpl {
+ public:
+  CudaEvent() { (void)cudaEventCreateWithFlags(&event_, cudaEventDisableTiming); }
+  ~CudaEvent() override {
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+  }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  Status synchronize() override { return cuda_check(cudaEventSynchronize(event_), "cudaEventSynchronize"); }
+  bool query() override { return cudaEventQuery(event_) != cudaErrorNotReady; }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaStream final : public StreamImpl {
+ public:
+  explicit CudaStream(cudaStream_t stream) : stream_(stream) {}
+  ~CudaStream() override {
+    (void)cudaStreamSynchronize(stream_);
+    (void)cudaStreamDestroy(stream_);
+  }
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  DeviceKind kind() const noexcept override { return DeviceKind::kCuda; }
+  cudaStream_t get() const { return stream_; }
+
+  Status enqueue(std::function<Status()> task) override {
+    auto* heap = new std::function<Status()>(std::move(task));
+    const cudaError_t err = cudaLaunchHostFunc(
+        stream_,
+        [](void* p) {
+          std::unique_ptr<std::function<Status()>> t(static_cast<std::function<Status()>*>(p));
+          const Status s = (*t)();
+          if (!s.ok()) GEARBOX_LOG(kError, "host work on a CUDA stream failed: %s", s.to_string().c_str());
+        },
+        heap);
+    if (err != cudaSuccess) delete heap;
+    return cuda_check(err, "cudaLaunchHostFunc");
+  }
+
+  Status record(Event& event) override {
+    auto cuda = std::dynamic_pointer_cast<CudaEvent>(event.impl());
+    if (!cuda) {
+      cuda = std::make_shared<CudaEvent>();
+      if (cuda->get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
+      event.impl() = cuda;
+    }
+    return cuda_check(cudaEventRecord(cuda->get(), stream_), "cudaEventRecord");
+  }
+
+  Status synchronize() override { return cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+ private:
+  cudaStream_t stream_;
+};
+
+cudaStream_t native(StreamImpl& s) { return static_cast<CudaStream&>(s).get(); }
+
+// ---- weights and per-context state ----------------------------------------------------------------
+
+class CudaWeights final : public DeviceWeights {
+ public:
+  ~CudaWeights() override {
+    if (base != nullptr) (void)cudaFree(base);
+  }
+  int64_t bytes() const noexcept override { return size; }
+  void* base = nullptr;
+  int64_t size = 0;
+  std::vector<const void*> ptr;  // per weight id
+  std::vector<DataType> type;
+};
+
+struct CapturedGraph {
+  cudaGraphExec_t exec = nullptr;
+  std::vector<void*> key;  // the addresses the graph was captured with
+};
+
+class CudaContextState final : public DeviceContextState {
+ public:
+  ~CudaContextState() override {
+    for (CapturedGraph& g : graphs) {
+      if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
+    }
+  }
+  std::unique_ptr<cuda::CublasLtGemm> gemm;
+  std::vector<CapturedGraph> graphs;  // per profile
+  // cuBLASLt heuristics per (M, N, K, type), so a call needs no host-side query.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
+
+  Result<const cublasLtMatmulAlgo_t*> algo(int64_t m, int64_t n, int64_t k, DataType type, size_t index) {
+    auto key = std::make_tuple(m, n, k, static_cast<int>(type));
+    auto it = algos.find(key);
+    if (it == algos.end()) {
+      std::vector<cublasLtMatmulHeuristicResult_t> found;
+      GEARBOX_RETURN_IF_ERROR(gemm->heuristics(m, n, k, type, kAltAlgos + 1, &found));
+      it = algos.emplace(key, std::move(found)).first;
+    }
+    if (it->second.empty()) return unimplemented("cuBLASLt has no algorithm for this GEMM");
+    return &it->second[std::min(index, it->second.size() - 1)].algo;
+  }
+};
+
+// ---- one node ---------------------------------------------------------------------------------------
+
+template <typename F>
+Status by_weight_type(DataType type, F&& f) {
+  switch (type) {
+    case DataType::kF32: return f(float{});
+    case DataType::kBF16: return f(__nv_bfloat16{});
+    case DataType::kF16: return f(__half{});
+    default: return internal_error("integer weights");
+  }
+}
+
+Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
+                     cudaStream_t stream) {
+  const Node& node = net.nodes[n];
+  auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
+  auto in_dims = [&](size_t i) -> const Dims& { return a.dims[static_cast<size_t>(node.inputs[i])]; };
+  auto is_i64 = [&](size_t i) { return net.tensors[static_cast<size_t>(node.inputs[i])].dtype == DataType::kI64; };
+  auto out = [&](size_t i) { return static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[i])]); };
+  auto f = [&](size_t i) { return static_cast<const float*>(in(i)); };
+  auto wid = [&](size_t i) { return static_cast<size_t>(node.weights[i]); };
+  auto wdims = [&](size_t i) -> const Dims& { return net.weights[wid(i)].dims; };
+  const ir::OpAttrs& at = node.attrs;
+  auto* state = static_cast<CudaContextState*>(a.context);
+  const char* what = ir::op_kind_name(node.kind);
+
+  switch (node.kind) {
+    case OpKind::kEmbedding:
+      return by_weight_type(weights.type[wid(0)], [&](auto w) {
+        using W = decltype(w);
+        return cuda_check(
+            cuda::embedding<W>(in(0), is_i64(0), in_dims(0).volume(), static_cast<const W*>(weights.ptr[wid(0)]),
+                               wdims(0)[0], wdims(0)[1], at.scale, out(0), nullptr, stream),
+            what);
+      });
+    case OpKind::kRmsNorm: {
+      const Dims& x = in_dims(0);
+      const int64_t dim = at.head_dim > 0 ? at.head_dim : x[x.rank() - 1];
+      return by_weight_type(weights.type[wid(0)], [&](auto w) {
+        using W = decltype(w);
+        return cuda_check(cuda::rms_norm<W>(f(0), static_cast<const W*>(weights.ptr[wid(0)]), out(0), x.volume() / dim,
+                                            dim, at.eps, at.weight_offset, stream),
+                          what);
+      });
+    }
+    case OpKind::kLinear: {
+      const Dims& x = in_dims(0);
+      const int64_t m = rows_of(x), k = x[x.rank() - 1];
+      const size_t outs = node.outputs.size();
+      const DataType type = weights.type[wid(0)];
+      auto bias = [&](size_t o) {
+        return at.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(outs + o)]) : nullptr;
+      };
+      if (tactic == kLinearGemv) {
+        return by_weight_type(type, [&](auto w) -> Status {
+          using W = decltype(w);
+          for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
+            cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
+            const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
+            for (size_t t = 0; t < count; ++t) {
+              targets[t] = {static_cast<const W*>(weights.ptr[wid(first + t)]), bias(first + t), out(first + t),
+                            wdims(first + t)[0]};
+            }
+            GEARBOX_RETURN_IF_ERROR(
+                cuda_check(cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream), "linear (gemv)"));
+          }
+          return Status();
+        });
+      }
+      const size_t alt = tactic >= kLinearCublasLtAlt ? tactic - kLinearCublasLtAlt : 0;
+      for (size_t o = 0; o < outs; ++o) {
+        Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
+        if (!algo.ok()) return algo.status();
+        GEARBOX_RETURN_IF_ERROR(state->gemm->run(*algo, f(0), weights.ptr[wid(o)], type, bias(o), out(o), m,
+                                                 wdims(o)[0], k, a.scratch, stream));
+      }
+      return {};
+    }
+    case OpKind::kRope: {
+      const Dims& x = in_dims(0);
+      return cuda_check(cuda::rope(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta,
+                                   at.scale, nullptr, stream),
+                        what);
+    }
+    case OpKind::kAttention: {
+      const Dims& q = in_dims(0);
+      const int64_t t = q[0] * q[1];
+      auto* k_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2]);
+      auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
+      const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
+      GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
+                                                              net.max_context, nullptr, stream),
+                                         "kv_cache_write"));
+      if (tactic == kAttentionSplitKv) {
+        return cuda_check(cuda::attention_decode(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
+                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
+                                                 static_cast<float*>(a.scratch), kMaxSplits, stream),
+                          "attention (split-KV)");
+      }
+      return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
+                                                at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
+                                                static_cast<float*>(a.scratch), stream),
+                        "attention (tiled)");
+    }
+    case OpKind::kGeluTanhMul:
+      return cuda_check(cuda::gelu_tanh_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
+    case OpKind::kSiluMul: return cuda_check(cuda::silu_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
+    case OpKind::kAdd: return cuda_check(cuda::add(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
+    case OpKind::kTakeLast: {
+      const Dims& x = in_dims(0);
+      return cuda_check(cuda::take_last(f(0), out(0), x[0], x[1], x[2], stream), what);
+    }
+  }
+  return internal_error("unknown op kind in node " + node.name);
+}
+
+Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream) {
+  const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
+  for (size_t n = 0; n < net.nodes.size(); ++n) {
+    Status s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream);
+    if (!s.ok()) return s.with_context(net.nodes[n].name);
+  }
+  return {};
+}
+
+void cuda_free(void* p) { (void)cudaFree(p); }
+
+class CudaBackend final : public DeviceBackend {
+ public:
+  explicit CudaBackend(cudaDeviceProp prop) : prop_(prop) {}
+
+  DeviceKind kind() const noexcept override { return DeviceKind::kCuda; }
+  std::string device_name() const override { return prop_.name; }
+  std::string library_versions() const override {
+    int runtime = 0;
+    (void)cudaRuntimeGetVersion(&runtime);
+    return "cuda " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + ", sm_" +
+           std::to_string(prop_.major * 10 + prop_.minor) + ", " + cuda::CublasLtGemm::version() + ", kernels 1";
+  }
+  DataType storage_type(DataType declared) const noexcept override {
+    return declared == DataType::kI32 || declared == DataType::kI64 ? declared : DataType::kF32;
+  }
+
+  std::vector<TacticInfo> tactics(const Node& node) const override {
+    switch (node.kind) {
+      case OpKind::kLinear:
+        return {{kLinearCublasLt, "cublaslt"},
+                {kLinearGemv, "gemv"},
+                {kLinearCublasLtAlt + 1, "cublaslt_h1"},
+                {kLinearCublasLtAlt + 2, "cublaslt_h2"},
+                {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
+      case OpKind::kAttention: return {{kAttentionTiled, "tiled"}, {kAttentionSplitKv, "split_kv"}};
+      default: return {{kDefault, "default"}};
+    }
+  }
+
+  bool tactic_valid(const Node& node, uint32_t tactic, std::span<const Dims> max_dims) const override {
+    switch (node.kind) {
+      case OpKind::kLinear:
+        if (tactic == kLinearGemv) return rows_of(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
+        return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
+      case OpKind::kAttention:
+        return node.attrs.head_dim <= cuda::kAttentionMaxHeadDim &&
+               (tactic == kAttentionSplitKv || tactic == kAttentionTiled);
+      default: return tactic == kDefault;
+    }
+  }
+
+  int64_t scratch_bytes(const Network& net, const Node& node, uint32_t tactic,
+                        std::span<const Dims> dims) const override {
+    const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
+    if (node.kind == OpKind::kLinear && tactic != kLinearGemv) {
+      const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
+      return cuda::CublasLtGemm::scratch_bytes(rows_of(x), x[x.rank() - 1], type);
+    }
+    if (node.kind == OpKind::kAttention) {
+      const int64_t t = x[0] * x[1];
+      if (tactic == kAttentionSplitKv) {
+        return cuda::attention_decode_partials_floats(t, node.attrs.heads, node.attrs.head_dim, kMaxSplits) * 4;
+      }
+      return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
+    }
+    return 0;
+  }
+
+  Result<std::shared_ptr<DeviceWeights>> upload_weights(const Network& net,
+                                                        std::span<const uint8_t> payload) const override {
+    auto w = std::make_shared<CudaWeights>();
+    w->size = static_cast<int64_t>(payload.size());
+    const cudaError_t err = cudaMalloc(&w->base, std::max<size_t>(payload.size(), 1));
+    if (err == cudaErrorMemoryAllocation) {
+      return resource_exhausted("not enough GPU memory for " + std::to_string(payload.size()) + " bytes of weights");
+    }
+    GEARBOX_CUDA(err);
+    GEARBOX_CUDA(cudaMemcpy(w->base, payload.data(), payload.size(), cudaMemcpyHostToDevice));
+    for (const ir::WeightInfo& info : net.weights) {
+      w->ptr.push_back(static_cast<const uint8_t*>(w->base) + info.offset);
+      w->type.push_back(info.dtype);
+    }
+    return std::shared_ptr<DeviceWeights>(std::move(w));
+  }
+
+  Result<DeviceBuffer> allocate(int64_t bytes) const override {
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return resource_exhausted("not enough GPU memory for " + std::to_string(bytes) + " bytes");
+    }
+    GEARBOX_CUDA(err);
+    return DeviceBuffer(p, &cuda_free);
+  }
+
+  Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
+    auto state = std::make_unique<CudaContextState>();
+    Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+    if (!gemm.ok()) return gemm.status();
+    state->gemm = std::move(*gemm);
+    state->graphs.resize(static_cast<size_t>(profiles));
+    return std::unique_ptr<DeviceContextState>(std::move(state));
+  }
+
+  Result<std::shared_ptr<StreamImpl>> create_stream() const override {
+    cudaStream_t s = nullptr;
+    GEARBOX_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return std::shared_ptr<StreamImpl>(std::make_shared<CudaStream>(s));
+  }
+
+  Status copy_from_host(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const override {
+    // From pageable memory this returns once the source has been read.
+    return cuda_check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, native(stream)),
+                      "cudaMemcpyAsync (input)");
+  }
+
+  Status enqueue_copy(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const override {
+    return cuda_check(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDefault, native(stream)),
+                      "cudaMemcpyAsync");
+  }
+
+  Status enqueue_network(const Network& net, const DeviceWeights& weights, NetworkLaunch launch,
+                         StreamImpl& stream) const override {
+    const auto& w = static_cast<const CudaWeights&>(weights);
+    const cudaStream_t s = native(stream);
+    auto* state = static_cast<CudaContextState*>(launch.context);
+    if (!launch.static_shapes || state == nullptr) return run_all(net, w, launch, s);
+    // A static-shape profile: replay the graph captured with these addresses, or capture.
+    CapturedGraph& g = state->graphs[static_cast<size_t>(launch.profile)];
+    std::vector<void*> key = launch.tensors;
+    key.insert(key.end(), launch.states.begin(), launch.states.end());
+    key.push_back(launch.scratch);
+    if (g.exec == nullptr || g.key != key) {
+      if (g.exec != nullptr) {
+        GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
+        g.exec = nullptr;
+      }
+      GEARBOX_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      Status launched = run_all(net, w, launch, s);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+      if (!launched.ok()) {
+        if (graph != nullptr) (void)cudaGraphDestroy(graph);
+        return launched;
+      }
+      GEARBOX_CUDA(ended);
+      const cudaError_t made = cudaGraphInstantiate(&g.exec, graph, 0);
+      (void)cudaGraphDestroy(graph);
+      GEARBOX_CUDA(made);
+      g.key = std::move(key);
+    }
+    return cuda_check(cudaGraphLaunch(g.exec, s), "cudaGraphLaunch");
+  }
+
+  Status run_node(const Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
+                  const NodeArgs& args) const override {
+    // Synchronous: the builder times it with a host clock.
+    GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr));
+    return cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
+  }
+
+ private:
+  cudaDeviceProp prop_;
+};
+
+}  // namespace
+
+Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
+  static const Result<std::shared_ptr<const DeviceBackend>> backend =
+      []() -> Result<std::shared_ptr<const DeviceBackend>> {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      (void)cudaGetLastError();
+      return not_found("no CUDA device is available (no GPU or no driver); use --device cpu");
+    }
+    GEARBOX_CUDA(cudaSetDevice(0));
+    cudaDeviceProp prop{};
+    GEARBOX_CUDA(cudaGetDeviceProperties(&prop, 0));
+    return std::shared_ptr<const DeviceBackend>(std::make_shared<const CudaBackend>(prop));
+  }();
+  return backend;
+}
+
+}  // namespace gearbox::internal

@@ -1,0 +1,253 @@
+// cuBLASLt GEMM: descriptors per call (host-only, cheap), workspace and handle per object.
+// See gemm_cublaslt.h for the layout mapping and the numerics.
+
+#include "devices/cuda/gemm_cublaslt.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "devices/cuda/kernels.h"
+
+namespace gearbox::cuda {
+namespace {
+
+Status cublas_error(cublasStatus_t status, const char* call, int line) {
+  return device_error(std::string(call) + " failed: " + cublasLtGetStatusName(status) + " (" +
+                      cublasLtGetStatusString(status) + ") at gemm_cublaslt.cpp:" + std::to_string(line));
+}
+
+Status cuda_error(cudaError_t err, const char* call, int line) {
+  return device_error(std::string(call) + " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                      ") at gemm_cublaslt.cpp:" + std::to_string(line));
+}
+
+#define GEARBOX_CUBLASLT_TRY(call)                                                                       \
+  do {                                                                                                   \
+    const cublasStatus_t gearbox_status_ = (call);                                                       \
+    if (gearbox_status_ != CUBLAS_STATUS_SUCCESS) return cublas_error(gearbox_status_, #call, __LINE__); \
+  } while (false)
+
+#define GEARBOX_CUDA_TRY(call)                                                         \
+  do {                                                                                 \
+    const cudaError_t gearbox_err_ = (call);                                           \
+    if (gearbox_err_ != cudaSuccess) return cuda_error(gearbox_err_, #call, __LINE__); \
+  } while (false)
+
+bool supported_weight_type(DataType type) {
+  return type == DataType::kF32 || type == DataType::kBF16 || type == DataType::kF16;
+}
+
+cudaDataType_t cuda_type(DataType type) {
+  switch (type) {
+    case DataType::kBF16: return CUDA_R_16BF;
+    case DataType::kF16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % CublasLtGemm::kAlignment == 0; }
+
+Status check_shape(int64_t M, int64_t N, int64_t K, DataType weight_type) {
+  if (!supported_weight_type(weight_type)) {
+    return invalid_argument(std::string("cuBLASLt GEMM weights must be f32, bf16 or f16, not ") +
+                            data_type_name(weight_type));
+  }
+  constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
+  if (M < 0 || N < 0 || K < 0 || M > kMax || N > kMax || K > kMax) {
+    return invalid_argument("GEMM shape M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                            " K=" + std::to_string(K) + " is negative or too large");
+  }
+  return Status::ok_status();
+}
+
+/// The operation and layout descriptors of one shape (see the header for the mapping).
+class MatmulDescs {
+ public:
+  MatmulDescs() = default;
+  MatmulDescs(const MatmulDescs&) = delete;
+  MatmulDescs& operator=(const MatmulDescs&) = delete;
+  ~MatmulDescs() {
+    // Destruction failures are not actionable; the descriptors are host memory.
+    if (d_ != nullptr) (void)cublasLtMatrixLayoutDestroy(d_);
+    if (b_ != nullptr) (void)cublasLtMatrixLayoutDestroy(b_);
+    if (a_ != nullptr) (void)cublasLtMatrixLayoutDestroy(a_);
+    if (op_ != nullptr) (void)cublasLtMatmulDescDestroy(op_);
+  }
+
+  Status init(int64_t M, int64_t N, int64_t K, DataType weight_type) {
+    const cudaDataType_t ab = cuda_type(weight_type);
+    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t transa = CUBLAS_OP_T;
+    const cublasOperation_t transb = CUBLAS_OP_N;
+    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+    const auto m = static_cast<uint64_t>(M);
+    const auto n = static_cast<uint64_t>(N);
+    const auto k = static_cast<uint64_t>(K);
+    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&a_, ab, k, n, static_cast<int64_t>(k)));  // W: K x N, ld K
+    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&b_, ab, k, m, static_cast<int64_t>(k)));  // x^T: K x M, ld K
+    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, static_cast<int64_t>(n)));  // y^T
+    return Status::ok_status();
+  }
+
+  cublasLtMatmulDesc_t op() const { return op_; }
+  cublasLtMatrixLayout_t a() const { return a_; }
+  cublasLtMatrixLayout_t b() const { return b_; }
+  cublasLtMatrixLayout_t d() const { return d_; }  // C and D share it (beta = 0)
+
+ private:
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr;
+  cublasLtMatrixLayout_t b_ = nullptr;
+  cublasLtMatrixLayout_t d_ = nullptr;
+};
+
+class MatmulPreference {
+ public:
+  MatmulPreference() = default;
+  MatmulPreference(const MatmulPreference&) = delete;
+  MatmulPreference& operator=(const MatmulPreference&) = delete;
+  ~MatmulPreference() {
+    if (pref_ != nullptr) (void)cublasLtMatmulPreferenceDestroy(pref_);
+  }
+
+  Status init() {
+    GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceCreate(&pref_));
+    const uint64_t workspace = CublasLtGemm::kWorkspaceBytes;
+    GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                              &workspace, sizeof(workspace)));
+    // Only algorithms that work with the alignment run() checks (default: 256 bytes).
+    const auto alignment = static_cast<uint32_t>(CublasLtGemm::kAlignment);
+    for (const cublasLtMatmulPreferenceAttributes_t attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, attr, &alignment, sizeof(alignment)));
+    }
+    return Status::ok_status();
+  }
+
+  cublasLtMatmulPreference_t get() const { return pref_; }
+
+ private:
+  cublasLtMatmulPreference_t pref_ = nullptr;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
+  cublasLtHandle_t handle = nullptr;
+  const cublasStatus_t status = cublasLtCreate(&handle);
+  if (status != CUBLAS_STATUS_SUCCESS) return cublas_error(status, "cublasLtCreate(&handle)", __LINE__);
+  void* workspace = nullptr;
+  const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
+  if (err != cudaSuccess) {
+    (void)cublasLtDestroy(handle);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return resource_exhausted("cannot allocate the 32 MiB cuBLASLt workspace: the device is out of memory");
+    }
+    return cuda_error(err, "cudaMalloc(&workspace, kWorkspaceBytes)", __LINE__);
+  }
+  return std::unique_ptr<CublasLtGemm>(new CublasLtGemm(handle, workspace));
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  // A destructor cannot report: a failure here means the context is already gone.
+  (void)cudaFree(workspace_);
+  (void)cublasLtDestroy(handle_);
+}
+
+int64_t CublasLtGemm::scratch_bytes(int64_t M, int64_t K, DataType weight_type) {
+  if (weight_type == DataType::kBF16 || weight_type == DataType::kF16) return M * K * 2;
+  return 0;
+}
+
+Status CublasLtGemm::heuristics(int64_t M, int64_t N, int64_t K, DataType weight_type, int max_algos,
+                                std::vector<cublasLtMatmulHeuristicResult_t>* out) {
+  if (out == nullptr || max_algos < 1) return invalid_argument("heuristics needs an output vector and max_algos >= 1");
+  out->clear();
+  if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
+  if (M == 0 || N == 0 || K == 0) return invalid_argument("cuBLASLt heuristics need M, N, K >= 1");
+  MatmulDescs descs;
+  if (Status s = descs.init(M, N, K, weight_type); !s.ok()) return s;
+  MatmulPreference pref;
+  if (Status s = pref.init(); !s.ok()) return s;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_algos));
+  int found = 0;
+  GEARBOX_CUBLASLT_TRY(cublasLtMatmulAlgoGetHeuristic(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(),
+                                                      pref.get(), max_algos, results.data(), &found));
+  for (int i = 0; i < found; ++i) {
+    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) out->push_back(results[static_cast<size_t>(i)]);
+  }
+  if (out->empty()) {
+    return unimplemented("cuBLASLt has no algorithm for M=" + std::to_string(M) + " N=" + std::to_string(N) +
+                         " K=" + std::to_string(K) + " with " + data_type_name(weight_type) + " weights");
+  }
+  return Status::ok_status();
+}
+
+bool CublasLtGemm::algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, int64_t N, int64_t K,
+                                 DataType weight_type) {
+  if (!check_shape(M, N, K, weight_type).ok() || M == 0 || N == 0 || K == 0) return false;
+  MatmulDescs descs;
+  if (!descs.init(M, N, K, weight_type).ok()) return false;
+  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoCheck(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(), &algo, &result);
+  return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kWorkspaceBytes;
+}
+
+Status CublasLtGemm::run(const cublasLtMatmulAlgo_t* algo, const float* x, const void* w, DataType weight_type,
+                         const float* bias, float* y, int64_t M, int64_t N, int64_t K, void* scratch,
+                         cudaStream_t stream) {
+  if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
+  if (M == 0 || N == 0) return Status::ok_status();
+  if (K == 0) {  // an empty sum: y = bias (or 0)
+    GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * sizeof(float), stream));
+    if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(y, bias, M, N, stream));
+    return Status::ok_status();
+  }
+  const bool convert = weight_type != DataType::kF32;
+  if (!aligned(x) || !aligned(w) || !aligned(y) || !aligned(bias) || (convert && !aligned(scratch))) {
+    return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
+  }
+  if (convert && scratch == nullptr) {
+    return invalid_argument("a bf16/f16 GEMM needs scratch of scratch_bytes(M, K) bytes for the converted x");
+  }
+  const void* b = x;
+  if (weight_type == DataType::kBF16) {
+    GEARBOX_CUDA_TRY(convert_f32_to<__nv_bfloat16>(x, static_cast<__nv_bfloat16*>(scratch), M * K, stream));
+    b = scratch;
+  } else if (weight_type == DataType::kF16) {
+    GEARBOX_CUDA_TRY(convert_f32_to<__half>(x, static_cast<__half*>(scratch), M * K, stream));
+    b = scratch;
+  }
+  MatmulDescs descs;
+  if (Status s = descs.init(M, N, K, weight_type); !s.ok()) return s;
+  cublasLtMatmulAlgo_t chosen{};
+  if (algo != nullptr) {
+    chosen = *algo;
+  } else {
+    std::vector<cublasLtMatmulHeuristicResult_t> best;
+    if (Status s = heuristics(M, N, K, weight_type, 1, &best); !s.ok()) return s;
+    chosen = best.front().algo;
+  }
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  GEARBOX_CUBLASLT_TRY(cublasLtMatmul(handle_, descs.op(), &alpha, w, descs.a(), b, descs.b(), &beta, y, descs.d(), y,
+                                      descs.d(), &chosen, workspace_, kWorkspaceBytes, stream));
+  if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(y, bias, M, N, stream));
+  return Status::ok_status();
+}
+
+std::string CublasLtGemm::version() {
+  const size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  return "cublasLt " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+}  // namespace gearbox::cuda

@@ -1,0 +1,85 @@
+// The CUDA device's GEMM for M above the gemv range: y[M, N] = x[M, K] * W[N, K]^T (+ bias)
+// through cuBLASLt, with f32 activations and output and W in its checkpoint dtype.
+//
+//   Result<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::create();  // current device
+//   std::vector<cublasLtMatmulHeuristicResult_t> algos;
+//   Status s = (*gemm)->heuristics(M, N, K, DataType::kBF16, 8, &algos);    // at build time
+//   ... time each algos[i].algo with events, keep the fastest ...
+//   s = (*gemm)->run(&best, x, w, DataType::kBF16, nullptr, y, M, N, K, scratch, stream);
+//
+// bf16 / f16 weights: x is first rounded to W into the caller's `scratch` (scratch_bytes()),
+// then cuBLASLt multiplies W x W -> f32 with f32 accumulation (CUBLAS_COMPUTE_32F): the
+// result equals an f32 GEMM of the W-rounded x and W up to summation order. f32 weights use
+// a plain f32 GEMM (CUBLAS_COMPUTE_32F, no TF32), to stay close to the CPU kernels.
+//
+// Layout: row-major y[M, N] is column-major y^T [N, M], and y^T = W x^T with W [N, K]
+// row-major read as the column-major K x N matrix A, transposed (transa = T); x^T is the
+// column-major K x M matrix B (transb = N).
+//
+// Requirements: x, w, y, bias and scratch 16-byte aligned (heuristics are asked for
+// algorithms that need no more); the workspace (32 MiB) is allocated at creation, so run()
+// never allocates and can be captured into a CUDA graph. Not thread-safe, and one object
+// must not serve two streams concurrently (they would share the workspace).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gearbox/data_type.h"
+#include "gearbox/status.h"
+
+namespace gearbox::cuda {
+
+class CublasLtGemm {
+ public:
+  /// Workspace handed to every matmul (NVIDIA's recommendation for Hopper).
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  /// Alignment run() requires of every pointer, and heuristics() assumes.
+  static constexpr size_t kAlignment = 16;
+
+  /// A handle and a workspace on the current device. Errors: kDeviceError (cuBLASLt or
+  /// cudaMalloc failed), kResourceExhausted (no memory for the workspace).
+  static Result<std::unique_ptr<CublasLtGemm>> create();
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  /// Up to max_algos candidate algorithms for the shape, best first by cuBLASLt's estimate.
+  /// Errors: kInvalidArgument (shape, type or max_algos), kUnimplemented (no algorithm),
+  /// kDeviceError.
+  Status heuristics(int64_t M, int64_t N, int64_t K, DataType weight_type, int max_algos,
+                    std::vector<cublasLtMatmulHeuristicResult_t>* out);
+
+  /// True when `algo` (e.g. stored in an engine file) can run this shape and type on the
+  /// current device within the workspace.
+  bool algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, int64_t N, int64_t K, DataType weight_type);
+
+  /// Bytes of `scratch` run() needs: M * K elements of W for bf16 / f16, 0 for f32.
+  static int64_t scratch_bytes(int64_t M, int64_t K, DataType weight_type);
+
+  /// Enqueues y[M, N] = x[M, K] * w[N, K]^T (+ bias[N]) on `stream`; nothing synchronized.
+  /// algo null: the first heuristic (a host-side query on every call; pass a stored algo on
+  /// hot paths). bias (nullable) is added by a separate kernel, so the algorithms do not
+  /// depend on it. M = 0 or N = 0 is a no-op; K = 0 writes bias (or 0).
+  /// Errors: kInvalidArgument (shape, type, alignment, missing scratch), kUnimplemented,
+  /// kDeviceError (a CUDA or cuBLASLt call failed; the message names it).
+  Status run(const cublasLtMatmulAlgo_t* algo, const float* x, const void* w, DataType weight_type, const float* bias,
+             float* y, int64_t M, int64_t N, int64_t K, void* scratch, cudaStream_t stream);
+
+  /// "cublasLt X.Y.Z" of the library loaded at run time.
+  static std::string version();
+
+ private:
+  CublasLtGemm(cublasLtHandle_t handle, void* workspace) : handle_(handle), workspace_(workspace) {}
+
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+}  // namespace gearbox::cuda

@@ -1,0 +1,147 @@
+// CUDA kernels of the CUDA device: one launcher per IR op family, each mirroring the CPU
+// kernel of the same name (devices/cpu/kernels.h) element for element.
+//
+// Design (fixed for the CUDA device): activations, KV caches and every intermediate are
+// f32; weights stay in their checkpoint dtype W (bf16 is the fast path, f16 and f32 also
+// work), and every weight-reading kernel is instantiated for W in {float, __nv_bfloat16,
+// __half} and accumulates in f32.
+//
+//   // y[1, 1152] = x[1, 1152] * W[1152, 1152]^T on `stream`, nothing synchronized:
+//   cudaError_t err = gearbox::cuda::gemv<__nv_bfloat16>(x, w, nullptr, y, 1, 1152, 1152, stream);
+//
+// Conventions shared by every launcher:
+// - It enqueues its kernels on `stream` and returns cudaGetLastError(): a launch error, or
+//   cudaErrorInvalidValue for arguments it cannot serve (named per launcher). It never
+//   synchronizes and never allocates, so every launcher can be captured into a CUDA graph.
+// - Every pointer is device memory. Outputs must not alias inputs unless stated.
+// - Vector (16-byte) loads are used when the pointers are 16-byte aligned and the row
+//   lengths allow it; any other alignment or length takes a scalar path with the same
+//   results, so there is no alignment requirement, only a speed one.
+// - Error flag: `int* error_flag` (device memory, nullable) is set to 1 with an atomic by a
+//   kernel that meets bad device-resident input (a token id outside the vocabulary, a
+//   position outside the KV cache). It is never cleared by a kernel: the caller zeroes it
+//   (cudaMemsetAsync) before the step and reads it after. The bad rows are poisoned with
+//   NaN (embedding, rope) or skipped (KV-cache write), never silently zeroed.
+// - Token ids and positions are i32 or i64 (`*_i64` = true for i64), in device memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace gearbox::cuda {
+
+// ---- embedding ----------------------------------------------------------------------------
+/// out[i, :] = float(table[ids[i], :]) * scale for i in [0, count).
+/// ids [count] (i32/i64), table [vocab, hidden] (W), out [count, hidden] (f32).
+/// An id outside [0, vocab): that row of `out` is NaN and *error_flag is set to 1.
+template <typename W>
+cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* table, int64_t vocab, int64_t hidden,
+                      float scale, float* out, int* error_flag, cudaStream_t stream);
+
+// ---- RMSNorm --------------------------------------------------------------------------------
+/// For each of `rows` rows of `dim`: y = x * (1 / sqrt(mean(x^2) + eps)) * (float(w) + offset).
+/// x, y [rows, dim] (f32, may alias), w [dim] (W). Per-head q/k norm: rows = T * heads,
+/// dim = head_dim. Small dims (<= 512) take one warp per row, larger ones a block per row.
+template <typename W>
+cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t dim, float eps, float offset,
+                     cudaStream_t stream);
+
+// ---- rotary position embedding --------------------------------------------------------------
+/// x, y [T, heads * head_dim] (may alias); positions [T]. Rotate-half RoPE over the whole
+/// head_dim: angle = (float(pos) * position_scale) * inv_freq_i, inv_freq_i =
+/// 1 / theta^(2i / head_dim) rounded to f32 as the CPU kernel computes it; cos/sin in f32.
+/// head_dim must be even and positive (else cudaErrorInvalidValue). A negative position
+/// poisons its row with NaN and sets *error_flag (nullable).
+cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, cudaStream_t stream);
+
+// ---- KV cache ---------------------------------------------------------------------------------
+/// k_cache[positions[t], :] = k[t, :], v_cache[positions[t], :] = v[t, :] for t < T.
+/// k, v [T, width]; caches [max_ctx, width]. A position outside [0, max_ctx) sets
+/// *error_flag and its row is skipped (the other rows are written).
+cudaError_t kv_cache_write(const float* k, const float* v, const void* positions, bool pos_i64, int64_t T,
+                           int64_t width, float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag,
+                           cudaStream_t stream);
+
+// ---- linear, small M (decode): y[M, N] = x[M, K] * W[N, K]^T (+ bias[N]) --------------------
+/// Rows of x one launch can serve (the CPU kernel's kSmallMMaxRows).
+inline constexpr int64_t kGemvMaxRows = 8;
+/// Weights one gemv_multi launch can serve.
+inline constexpr int kGemvMaxTargets = 4;
+
+/// x [M, K] f32, w [N, K] (W), bias [N] f32 or null, y [M, N] f32; 1 <= M <= 8 (M = 0 or
+/// N = 0 is a no-op; M > 8 is cudaErrorInvalidValue). Memory-bound: streams W once with
+/// 16-byte loads when K * sizeof(W) % 16 == 0 and w, x are 16-byte aligned.
+template <typename W>
+cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
+                 cudaStream_t stream);
+
+/// One weight of a gemv_multi launch: y [M, n] = x * w[n, K]^T (+ bias[n]).
+template <typename W>
+struct GemvTarget {
+  const W* w = nullptr;
+  const float* bias = nullptr;  // nullable
+  float* y = nullptr;
+  int64_t n = 0;
+};
+/// Several weights sharing one x (fused QKV, gate+up) in one launch: count in [1, 4]
+/// targets (host array), each computed as gemv() would. All share K and W.
+template <typename W>
+cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
+                       cudaStream_t stream);
+
+// ---- attention --------------------------------------------------------------------------------
+// q [T, heads * head_dim], caches [max_ctx, kv_heads * head_dim], out [T, heads * head_dim].
+// Query t at position p = positions[t] attends to cache rows [lo, p], lo = window > 0 ?
+// max(0, p - window + 1) : 0; query head h reads kv head h / (heads / kv_heads); scores
+// are dot(q, k) * scale, softmax in f32. Positions are read from device memory inside the
+// kernels, so a captured graph stays valid as they change. A position outside
+// [0, max_ctx) yields a NaN output row (kv_cache_write has flagged it already).
+// heads % kv_heads == 0 and 1 <= head_dim <= 256, else cudaErrorInvalidValue.
+
+/// Largest head_dim the attention kernels serve.
+inline constexpr int64_t kAttentionMaxHeadDim = 256;
+
+/// Number of KV splits attention_decode uses: fixed by (max_ctx, window, max_splits) on
+/// the host, so it does not change between decode steps of one captured graph.
+int attention_decode_splits(int64_t max_ctx, int64_t window, int max_splits);
+/// Floats of `partials` attention_decode needs: T * heads * max_splits * (head_dim + 2).
+int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits);
+
+/// Flash-decoding for few queries (T of 1..8 is the intended use; any T works): the keys of
+/// each query are cut into attention_decode_splits(...) chunks handled by separate blocks,
+/// whose partial results (max, sum, unnormalized output) a second kernel combines (skipped
+/// when there is one split). partials: attention_decode_partials_floats(...) floats.
+/// max_splits in [1, 256].
+cudaError_t attention_decode(const float* q, const float* k_cache, const float* v_cache, const void* positions,
+                             bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                             int64_t max_ctx, int64_t window, float scale, float* partials, int max_splits,
+                             cudaStream_t stream);
+
+/// Floats of scratch attention_prefill needs (0 in this version; pass null or anything).
+int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim);
+/// Tiled attention for any T: a block takes 16 query rows of one head, walks the keys in
+/// tiles of 32 staged in shared memory, online softmax, f32 (no tensor cores).
+cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
+                              bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, cudaStream_t stream);
+
+// ---- elementwise (n elements, f32) --------------------------------------------------------------
+/// out = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+/// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
+cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+/// out = a + b (out may alias a or b).
+cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+/// y[r, :] += bias for each of `rows` rows of y [rows, n] (the GEMM's bias).
+cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+/// x [batch, T, F] -> y [batch, F]: the last position of each sequence. T >= 1.
+cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream);
+/// y[i] = W(x[i]), round to nearest even (the GEMM's activation conversion; W = float copies).
+template <typename W>
+cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream);
+
+}  // namespace gearbox::cuda

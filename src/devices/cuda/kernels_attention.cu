@@ -1,0 +1,681 @@
+// CUDA attention: the KV-cache write, flash-decoding for few queries and a tiled kernel for
+// prefill. Causal, optional sliding window, grouped-query (kv head = h / (heads / kv_heads)).
+//
+//   q, out   [T, heads * hd]           caches [max_ctx, kv_heads * hd], row j = position j
+//   partials acc [T, heads, splits, hd], m [T, heads, splits], l [T, heads, splits] (decode)
+//
+// Positions are read on the device in every kernel (never passed from the host), so a CUDA
+// graph captured once stays valid at every decode step; only the number of splits is fixed
+// on the host, from max_ctx. Softmax is the CPU's: scores dot(q, k) * scale, exp(s - max),
+// divided by the sum at the end; the online (tile by tile) form rescales by exp(m_old - m_new).
+// Decode works in base-2 units (exp2 of s * log2 e), prefill with expf.
+
+#include <math_constants.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "devices/cuda/kernels.h"
+
+namespace gearbox::cuda {
+namespace {
+
+constexpr int kMaxD = static_cast<int>(kAttentionMaxHeadDim);
+constexpr int kMaxSplits = 256;
+
+struct AttentionArgs {
+  const float* q;
+  const float* k_cache;
+  const float* v_cache;
+  const void* positions;
+  bool pos_i64;
+  float* out;
+  int64_t T;
+  int heads;
+  int kv_heads;
+  int head_dim;
+  int64_t max_ctx;
+  int64_t window;
+  float scale;
+};
+
+__device__ __forceinline__ int64_t position_at(const void* positions, bool i64, int64_t t) {
+  return i64 ? static_cast<const int64_t*>(positions)[t] : static_cast<const int32_t*>(positions)[t];
+}
+
+/// The first key a query at position p sees.
+__device__ __forceinline__ int64_t window_start(int64_t p, int64_t window) {
+  return window > 0 ? max(static_cast<int64_t>(0), p - window + 1) : 0;
+}
+
+__device__ __forceinline__ bool position_valid(int64_t p, int64_t max_ctx) { return p >= 0 && p < max_ctx; }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// ---- KV-cache write ------------------------------------------------------------------------------
+
+constexpr int kCacheWriteThreads = 256;
+
+/// grid: T blocks of 256 threads; block t copies row t of k and v (float4 when kVec).
+template <bool kVec>
+__global__ void __launch_bounds__(kCacheWriteThreads)
+    kv_cache_write_kernel(const float* k, const float* v, const void* positions, bool pos_i64, int64_t width,
+                          float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag) {
+  const int64_t t = blockIdx.x;
+  const int64_t p = position_at(positions, pos_i64, t);
+  if (!position_valid(p, max_ctx)) {
+    if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
+    return;
+  }
+  const float* k_row = k + t * width;
+  const float* v_row = v + t * width;
+  float* k_dst = k_cache + p * width;
+  float* v_dst = v_cache + p * width;
+  if constexpr (kVec) {
+    const int n4 = static_cast<int>(width / 4);  // width < 2^31 (checked by the launcher)
+    for (int i = static_cast<int>(threadIdx.x); i < n4; i += kCacheWriteThreads) {
+      reinterpret_cast<float4*>(k_dst)[i] = reinterpret_cast<const float4*>(k_row)[i];
+      reinterpret_cast<float4*>(v_dst)[i] = reinterpret_cast<const float4*>(v_row)[i];
+    }
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < width; i += kCacheWriteThreads) {
+      k_dst[i] = k_row[i];
+      v_dst[i] = v_row[i];
+    }
+  }
+}
+
+// ---- decode: split-KV partials -------------------------------------------------------------------
+//
+// Partials of split s for (t, h), with S = splits and TH = T * heads:
+//   acc [TH, S, hd] (unnormalized output), then m [TH, S] (max score, base-2 units: score *
+//   log2 e), then l [TH, S] (sum of exp2(score - m)).
+
+constexpr int kDecodeWarps = 8;
+constexpr int kDecodeThreads = 32 * kDecodeWarps;
+constexpr int kDecodeKeysPerStep = 4;  // keys whose K and V rows a warp loads at once
+constexpr int64_t kDecodeMinKeysPerSplit = kDecodeWarps * kDecodeKeysPerStep;
+constexpr int kDecodeSlots = kMaxD / 32;  // dims per lane and head: 2 float4 or 8 floats
+
+/// Keys [begin, end) of split `split` for a query at position p: the range [lo, p] cut into
+/// `splits` chunks of at least kDecodeMinKeysPerSplit keys; trailing splits may be empty.
+__device__ __forceinline__ void split_range(int64_t p, const AttentionArgs& a, int split, int splits, int64_t* begin,
+                                            int64_t* end) {
+  if (!position_valid(p, a.max_ctx)) {
+    *begin = *end = 0;
+    return;
+  }
+  const int64_t lo = window_start(p, a.window);
+  const int64_t keys = p - lo + 1;
+  const int64_t chunk = max((keys + splits - 1) / splits, kDecodeMinKeysPerSplit);
+  *begin = min(lo + split * chunk, p + 1);
+  *end = min(*begin + chunk, p + 1);
+}
+
+/// The head_dim slice a lane owns: dims 4 * (lane + 32 s) .. + 3 for s < 2 (kVec4), or
+/// dim lane + 32 s for s < 8, of `row` (a K or V row, or a partial's acc row); dims past D,
+/// and every dim when !valid, read as 0 without touching memory.
+template <bool kVec4>
+__device__ __forceinline__ void load_slice(const float* row, int D, int lane, float (&f)[kDecodeSlots], bool valid) {
+  if constexpr (kVec4) {
+#pragma unroll
+    for (int s = 0; s < kDecodeSlots / 4; ++s) {
+      const int d4 = lane + 32 * s;
+      const float4 v = valid && d4 < D / 4 ? __ldg(reinterpret_cast<const float4*>(row) + d4) : make_float4(0, 0, 0, 0);
+      f[4 * s] = v.x;
+      f[4 * s + 1] = v.y;
+      f[4 * s + 2] = v.z;
+      f[4 * s + 3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int s = 0; s < kDecodeSlots; ++s) {
+      const int d = lane + 32 * s;
+      f[s] = valid && d < D ? __ldg(row + d) : 0.0f;
+    }
+  }
+}
+
+/// The dim of slot i of a lane's slice (see load_slice).
+template <bool kVec4>
+__device__ __forceinline__ int slice_dim(int lane, int i) {
+  return kVec4 ? 4 * (lane + 32 * (i / 4)) + i % 4 : lane + 32 * i;
+}
+
+/// One block: query t, kG query heads sharing one kv head, the keys of one split. Each of
+/// the 8 warps is an independent online-softmax worker over steps of 4 keys (steps dealt
+/// round-robin): it loads the 4 K rows and 4 V rows at once (lanes split head_dim), forms
+/// the 4 x kG scores with warp sums that leave every lane holding all of them, and updates
+/// its own (max, sum, acc) in registers with no block barrier. At the end the warps'
+/// results are merged in shared memory in warp order (deterministic) and written as the
+/// split's partial, or as the output when there is one split.
+/// grid: (splits, kv_heads * (group / kG), T) blocks of 256 threads.
+template <int kG, bool kVec4>
+__global__ void __launch_bounds__(kDecodeThreads)
+    attention_decode_split_kernel(const AttentionArgs a, float* partials, int splits) {
+  __shared__ __align__(16) float q_s[kG][kMaxD];
+  __shared__ float acc_s[kG][kMaxD];
+  __shared__ float warp_m[kDecodeWarps][kG];
+  __shared__ float warp_l[kDecodeWarps][kG];
+  __shared__ float m_max_s[kG];
+  __shared__ float l_sum_s[kG];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int D = a.head_dim;
+  const int group = a.heads / a.kv_heads;
+  const int subgroups = group / kG;
+  const int kvh = static_cast<int>(blockIdx.y) / subgroups;
+  const int head0 = kvh * group + (static_cast<int>(blockIdx.y) % subgroups) * kG;
+  const int split = static_cast<int>(blockIdx.x);
+  const int64_t t = blockIdx.z;
+  const int64_t q_width = static_cast<int64_t>(a.heads) * D;
+  const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
+
+  const int64_t p = position_at(a.positions, a.pos_i64, t);
+  int64_t begin = 0;
+  int64_t end = 0;
+  split_range(p, a, split, splits, &begin, &end);
+
+  for (int e = tid; e < kG * D; e += kDecodeThreads) {
+    q_s[e / D][e % D] = a.q[t * q_width + static_cast<int64_t>(head0) * D + e];
+    acc_s[e / D][e % D] = 0.0f;
+  }
+  __syncthreads();
+
+  float m[kG];
+  float l[kG];
+  float acc[kG][kDecodeSlots];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = -CUDART_INF_F;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDecodeSlots; ++i) acc[g][i] = 0.0f;
+  }
+
+  // Scores in base-2 units (s * log2 e): exp2f is one MUFU op where expf is a dozen, and
+  // softmax is unchanged: exp(s - m) = exp2(s log2 e - m log2 e).
+  const float scale_log2 = a.scale * 1.4426950408889634f;
+  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  for (int64_t base = begin + warp * kDecodeKeysPerStep; base < end; base += kDecodeThreads / 32 * kDecodeKeysPerStep) {
+    float kf[kDecodeKeysPerStep][kDecodeSlots];
+    float vf[kDecodeKeysPerStep][kDecodeSlots];
+#pragma unroll
+    for (int b = 0; b < kDecodeKeysPerStep; ++b) {
+      const bool valid = base + b < end;  // invalid rows are not read (they may hold anything)
+      load_slice<kVec4>(k_head + (base + b) * kv_width, D, lane, kf[b], valid);
+      load_slice<kVec4>(v_head + (base + b) * kv_width, D, lane, vf[b], valid);
+    }
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      float q[kDecodeSlots];  // from shared memory each step: kG * 8 registers are too many
+#pragma unroll
+      for (int i = 0; i < kDecodeSlots; ++i) {
+        const int d = slice_dim<kVec4>(lane, i);
+        q[i] = d < D ? q_s[g][d] : 0.0f;
+      }
+      float score[kDecodeKeysPerStep];
+      float step_max = -CUDART_INF_F;
+#pragma unroll
+      for (int b = 0; b < kDecodeKeysPerStep; ++b) {
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDecodeSlots; ++i) part += q[i] * kf[b][i];
+        score[b] = base + b < end ? warp_sum(part) * scale_log2 : -CUDART_INF_F;
+        step_max = fmaxf(step_max, score[b]);
+      }
+      const float m_new = fmaxf(m[g], step_max);  // finite: key `base` is in range
+      const float alpha = exp2f(m[g] - m_new);    // 0 on the first step (m = -inf)
+      l[g] *= alpha;
+#pragma unroll
+      for (int i = 0; i < kDecodeSlots; ++i) acc[g][i] *= alpha;
+#pragma unroll
+      for (int b = 0; b < kDecodeKeysPerStep; ++b) {
+        const float e = exp2f(score[b] - m_new);  // 0 for keys past the end
+        l[g] += e;
+#pragma unroll
+        for (int i = 0; i < kDecodeSlots; ++i) acc[g][i] += e * vf[b][i];
+      }
+      m[g] = m_new;
+    }
+  }
+
+  // Merge the warps: weights exp2(m_w - m_max); warps without keys (m_w = -inf) weigh 0.
+  if (lane == 0) {
+#pragma unroll
+    for (int g = 0; g < kG; ++g) {
+      warp_m[warp][g] = m[g];
+      warp_l[warp][g] = l[g];
+    }
+  }
+  __syncthreads();
+  if (tid < kG) {
+    float mm = -CUDART_INF_F;
+    for (int w = 0; w < kDecodeWarps; ++w) mm = fmaxf(mm, warp_m[w][tid]);
+    float ls = 0.0f;
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float mw = warp_m[w][tid];
+      ls += mw == -CUDART_INF_F ? 0.0f : exp2f(mw - mm) * warp_l[w][tid];
+    }
+    m_max_s[tid] = mm;
+    l_sum_s[tid] = ls;
+  }
+  __syncthreads();
+  for (int w = 0; w < kDecodeWarps; ++w) {  // in warp order: the sums are deterministic
+    if (warp == w) {
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float weight = m[g] == -CUDART_INF_F ? 0.0f : exp2f(m[g] - m_max_s[g]);
+#pragma unroll
+        for (int i = 0; i < kDecodeSlots; ++i) {
+          const int d = slice_dim<kVec4>(lane, i);
+          if (d < D) acc_s[g][d] += weight * acc[g][i];
+        }
+      }
+    }
+    __syncthreads();
+  }
+
+  const bool valid = position_valid(p, a.max_ctx);
+  const int64_t th0 = t * a.heads + head0;  // (t, head0) row of the partials
+  float* acc_out = partials + (th0 * splits + split) * D;
+  float* m_out = partials + a.T * a.heads * splits * D + th0 * splits + split;
+  float* l_out = m_out + a.T * a.heads * splits;
+  for (int e = tid; e < kG * D; e += kDecodeThreads) {
+    const int g = e / D;
+    const int d = e % D;
+    if (splits == 1) {
+      a.out[t * q_width + static_cast<int64_t>(head0) * D + e] = valid ? acc_s[g][d] / l_sum_s[g] : CUDART_NAN_F;
+    } else {
+      acc_out[static_cast<int64_t>(g) * splits * D + d] = acc_s[g][d];
+    }
+  }
+  if (splits > 1 && tid < kG) {
+    m_out[static_cast<int64_t>(tid) * splits] = m_max_s[tid];
+    l_out[static_cast<int64_t>(tid) * splits] = l_sum_s[tid];
+  }
+}
+
+// ---- decode: combine the splits ---------------------------------------------------------------------
+
+constexpr int kCombineThreads = 256;
+static_assert(kMaxSplits <= kCombineThreads, "the combine kernel gives each thread one split");
+
+/// Block-wide reduction of one value per thread (sum or max); every thread gets the result.
+template <bool kMax>
+__device__ __forceinline__ float block_reduce(float v, float* scratch /* [kCombineThreads / 32] */) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const float o = __shfl_xor_sync(0xffffffffu, v, offset);
+    v = kMax ? fmaxf(v, o) : v + o;
+  }
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid % 32 == 0) scratch[tid / 32] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kCombineThreads / 32; ++w) r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
+  __syncthreads();  // scratch is reused by the next reduction
+  return r;
+}
+
+/// out[t, h, :] = sum_s w_s acc_s / sum_s w_s l_s with w_s = exp2(m_s - max_s m_s); empty
+/// splits (m = -inf, l = 0) weigh 0. Threads first take one split each for the weights;
+/// then warp w sums splits w, w + 8, ... (8 in flight per lane) over the lane's head_dim
+/// slice, and the 8 warps' sums are added in shared memory. grid: (heads, T) blocks of 256.
+template <bool kVec4>
+__global__ void __launch_bounds__(kCombineThreads)
+    attention_decode_combine_kernel(const AttentionArgs a, const float* partials, int splits) {
+  constexpr int kWarps = kCombineThreads / 32;
+  __shared__ float weight_s[kMaxSplits];
+  __shared__ float reduce_s[kWarps];
+  __shared__ float sum_s[kWarps][kMaxD];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 32;
+  const int warp = tid / 32;
+  const int h = static_cast<int>(blockIdx.x);
+  const int64_t t = blockIdx.y;
+  const int D = a.head_dim;
+  const int64_t th = t * a.heads + h;
+  float* o = a.out + th * D;
+  const int64_t p = position_at(a.positions, a.pos_i64, t);
+  if (!position_valid(p, a.max_ctx)) {  // uniform over the block: no barrier is skipped by some
+    for (int d = tid; d < D; d += kCombineThreads) o[d] = CUDART_NAN_F;
+    return;
+  }
+  const float* acc = partials + th * splits * D;
+  const float* m = partials + a.T * a.heads * splits * D + th * splits;
+  const float* l = m + a.T * a.heads * splits;
+
+  // splits <= kMaxSplits == kCombineThreads: one split per thread.
+  const float ms = tid < splits ? m[tid] : -CUDART_INF_F;
+  const float ls = tid < splits ? l[tid] : 0.0f;
+  const float m_max = block_reduce<true>(ms, reduce_s);
+  const float w = ms == -CUDART_INF_F ? 0.0f : exp2f(ms - m_max);
+  if (tid < splits) weight_s[tid] = w;
+  const float inv_sum = 1.0f / block_reduce<false>(w * ls, reduce_s);  // its barriers publish weight_s
+
+  float sum[kDecodeSlots] = {};
+#pragma unroll 8
+  for (int s = warp; s < splits; s += kWarps) {
+    float v[kDecodeSlots];
+    load_slice<kVec4>(acc + static_cast<int64_t>(s) * D, D, lane, v, true);
+    const float ws = weight_s[s];
+#pragma unroll
+    for (int i = 0; i < kDecodeSlots; ++i) sum[i] += ws * v[i];
+  }
+#pragma unroll
+  for (int i = 0; i < kDecodeSlots; ++i) {
+    const int d = slice_dim<kVec4>(lane, i);
+    if (d < D) sum_s[warp][d] = sum[i];
+  }
+  __syncthreads();
+  for (int d = tid; d < D; d += kCombineThreads) {
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) total += sum_s[i][d];
+    o[d] = total * inv_sum;
+  }
+}
+
+template <int kG>
+void launch_decode_split(const AttentionArgs& a, bool vec4, float* partials, int splits, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads / kG), static_cast<unsigned>(a.T));
+  if (vec4) {
+    attention_decode_split_kernel<kG, true><<<grid, kDecodeThreads, 0, stream>>>(a, partials, splits);
+  } else {
+    attention_decode_split_kernel<kG, false><<<grid, kDecodeThreads, 0, stream>>>(a, partials, splits);
+  }
+}
+
+// ---- prefill: tiled --------------------------------------------------------------------------------
+
+constexpr int kPrefillRows = 16;  // query rows (tokens of one head) per block
+constexpr int kPrefillKeys = 32;  // keys per tile
+constexpr int kPrefillThreads = 128;
+constexpr int kPrefillLanesPerRow = kPrefillThreads / kPrefillRows;        // 8, adjacent lanes of one warp
+constexpr int kPrefillScoresPerLane = kPrefillKeys / kPrefillLanesPerRow;  // 4
+constexpr int kPrefillDPerLane = kMaxD / kPrefillLanesPerRow;              // 32
+
+/// Shared memory: q [16][D + 1], k [32][D + 1] (odd strides: a lane per key reads without
+/// bank conflicts), v [32][D], p [16][33].
+size_t prefill_smem_bytes(int D) {
+  return sizeof(float) * static_cast<size_t>(kPrefillRows * (D + 1) + kPrefillKeys * (D + 1) + kPrefillKeys * D +
+                                             kPrefillRows * (kPrefillKeys + 1));
+}
+
+/// One block: 16 consecutive query rows of head h against every key any of them sees, in
+/// tiles of 32 staged in shared memory. Lanes 8r..8r+7 own row r: scores for keys
+/// c = lane % 8 + 8i (i < 4), then output dims d = lane % 8 + 8i (i < 32), with the row's
+/// max and sum kept in those lanes' registers (8-lane shuffles).
+/// grid: (ceil(T / 16), heads) blocks of 128 threads.
+template <bool kVec4>
+__global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(const AttentionArgs a) {
+  extern __shared__ __align__(16) float smem[];
+  const int D = a.head_dim;
+  float* q_s = smem;
+  float* k_s = q_s + kPrefillRows * (D + 1);
+  float* v_s = k_s + kPrefillKeys * (D + 1);  // 16-byte aligned: 48 * (D + 1) floats before it
+  float* p_s = v_s + kPrefillKeys * D;
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int r = tid / kPrefillLanesPerRow;
+  const int cg = tid % kPrefillLanesPerRow;
+  const int h = static_cast<int>(blockIdx.y);
+  const int kvh = h / (a.heads / a.kv_heads);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kPrefillRows;
+  const int64_t q_width = static_cast<int64_t>(a.heads) * D;
+  const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
+
+  // This row's keys [lo, hi) and the block's, the union over its rows.
+  const int64_t t = t0 + r;
+  const bool row_in = t < a.T;
+  const int64_t p = row_in ? position_at(a.positions, a.pos_i64, t) : -1;
+  const bool valid = row_in && position_valid(p, a.max_ctx);
+  const int64_t lo = valid ? window_start(p, a.window) : 0;
+  const int64_t hi = valid ? p + 1 : 0;
+  int64_t keys_begin = INT64_MAX;
+  int64_t keys_end = 0;
+  for (int rr = 0; rr < kPrefillRows && t0 + rr < a.T; ++rr) {
+    const int64_t pr = position_at(a.positions, a.pos_i64, t0 + rr);
+    if (!position_valid(pr, a.max_ctx)) continue;
+    keys_begin = min(keys_begin, window_start(pr, a.window));
+    keys_end = max(keys_end, pr + 1);
+  }
+
+  for (int e = tid; e < kPrefillRows * D; e += kPrefillThreads) {
+    const int rr = e / D;
+    const int d = e % D;
+    q_s[rr * (D + 1) + d] = t0 + rr < a.T ? a.q[(t0 + rr) * q_width + static_cast<int64_t>(h) * D + d] : 0.0f;
+  }
+  float m = -CUDART_INF_F;
+  float l = 0.0f;
+  float acc[kPrefillDPerLane];
+#pragma unroll
+  for (int i = 0; i < kPrefillDPerLane; ++i) acc[i] = 0.0f;
+
+  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  for (int64_t j0 = keys_begin; j0 < keys_end; j0 += kPrefillKeys) {
+    const int nk = static_cast<int>(min(static_cast<int64_t>(kPrefillKeys), keys_end - j0));
+    __syncthreads();  // the previous tile's k, v and p are no longer read (and q_s is stored)
+    if constexpr (kVec4) {
+      const int d4s = D / 4;
+      for (int e = tid; e < nk * d4s; e += kPrefillThreads) {
+        const int c = e / d4s;
+        const int d4 = e % d4s;
+        const float4 kv = __ldg(reinterpret_cast<const float4*>(k_head + (j0 + c) * kv_width) + d4);
+        const float4 vv = __ldg(reinterpret_cast<const float4*>(v_head + (j0 + c) * kv_width) + d4);
+        float* kd = k_s + c * (D + 1) + 4 * d4;
+        kd[0] = kv.x;
+        kd[1] = kv.y;
+        kd[2] = kv.z;
+        kd[3] = kv.w;
+        reinterpret_cast<float4*>(v_s + c * D)[d4] = vv;
+      }
+    } else {
+      for (int e = tid; e < nk * D; e += kPrefillThreads) {
+        const int c = e / D;
+        const int d = e % D;
+        k_s[c * (D + 1) + d] = __ldg(k_head + (j0 + c) * kv_width + d);
+        v_s[c * D + d] = __ldg(v_head + (j0 + c) * kv_width + d);
+      }
+    }
+    __syncthreads();
+
+    float s[kPrefillScoresPerLane];
+#pragma unroll
+    for (int i = 0; i < kPrefillScoresPerLane; ++i) s[i] = 0.0f;
+    const float* q_row = q_s + r * (D + 1);
+    for (int d = 0; d < D; ++d) {
+      const float qd = q_row[d];
+#pragma unroll
+      for (int i = 0; i < kPrefillScoresPerLane; ++i) s[i] += qd * k_s[(cg + kPrefillLanesPerRow * i) * (D + 1) + d];
+    }
+    float tile_max = -CUDART_INF_F;
+#pragma unroll
+    for (int i = 0; i < kPrefillScoresPerLane; ++i) {
+      const int64_t j = j0 + cg + kPrefillLanesPerRow * i;
+      s[i] = (cg + kPrefillLanesPerRow * i < nk && j >= lo && j < hi) ? s[i] * a.scale : -CUDART_INF_F;
+      tile_max = fmaxf(tile_max, s[i]);
+    }
+#pragma unroll
+    for (int offset = kPrefillLanesPerRow / 2; offset > 0; offset >>= 1) {
+      tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, offset));
+    }
+    const float m_new = fmaxf(m, tile_max);
+    float alpha = 1.0f;
+    float sum = 0.0f;
+    float* p_row = p_s + r * (kPrefillKeys + 1);
+#pragma unroll
+    for (int i = 0; i < kPrefillScoresPerLane; ++i) {
+      // No key of this row yet (m_new = -inf): every weight is 0 and nothing is rescaled.
+      const float e = m_new == -CUDART_INF_F ? 0.0f : expf(s[i] - m_new);
+      p_row[cg + kPrefillLanesPerRow * i] = e;
+      sum += e;
+    }
+    if (m_new != -CUDART_INF_F) alpha = expf(m - m_new);  // 0 while m = -inf
+#pragma unroll
+    for (int offset = kPrefillLanesPerRow / 2; offset > 0; offset >>= 1) {
+      sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    }
+    l = l * alpha + sum;
+    m = m_new;
+    __syncwarp();  // p_row is written and read by the 8 lanes of row r, all in this warp
+
+#pragma unroll
+    for (int i = 0; i < kPrefillDPerLane; ++i) acc[i] *= alpha;
+    for (int c = 0; c < nk; ++c) {
+      const float pc = p_row[c];
+      // A key masked for this row weighs 0 but its V row may hold anything (NaN: 0 * NaN).
+      if (pc == 0.0f) continue;
+      const float* v_row = v_s + c * D;
+#pragma unroll
+      for (int i = 0; i < kPrefillDPerLane; ++i) {
+        const int d = cg + kPrefillLanesPerRow * i;
+        if (d < D) acc[i] += pc * v_row[d];
+      }
+    }
+  }
+
+  if (!row_in) return;
+  float* o = a.out + t * q_width + static_cast<int64_t>(h) * D;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int i = 0; i < kPrefillDPerLane; ++i) {
+    const int d = cg + kPrefillLanesPerRow * i;
+    if (d < D) o[d] = valid ? acc[i] * inv : CUDART_NAN_F;
+  }
+}
+
+cudaError_t check_attention_shape(int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx,
+                                  int64_t window) {
+  if (T < 0 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0 ||
+      head_dim > kAttentionMaxHeadDim || max_ctx <= 0 || window < 0 || heads > 65535 || T > INT32_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  return cudaSuccess;
+}
+
+AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cache, const void* positions, bool pos_i64,
+                        float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx,
+                        int64_t window, float scale) {
+  return AttentionArgs{q,
+                       k_cache,
+                       v_cache,
+                       positions,
+                       pos_i64,
+                       out,
+                       T,
+                       static_cast<int>(heads),
+                       static_cast<int>(kv_heads),
+                       static_cast<int>(head_dim),
+                       max_ctx,
+                       window,
+                       scale};
+}
+
+}  // namespace
+
+// ---- exported entries ---------------------------------------------------------------------------------
+
+cudaError_t kv_cache_write(const float* k, const float* v, const void* positions, bool pos_i64, int64_t T,
+                           int64_t width, float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag,
+                           cudaStream_t stream) {
+  if (T < 0 || width < 0 || max_ctx < 0 || T > INT32_MAX || width > INT32_MAX) return cudaErrorInvalidValue;
+  if (T == 0 || width == 0) return cudaSuccess;
+  const bool vec = width % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
+  const auto blocks = static_cast<unsigned>(T);
+  if (vec) {
+    kv_cache_write_kernel<true><<<blocks, kCacheWriteThreads, 0, stream>>>(k, v, positions, pos_i64, width, k_cache,
+                                                                           v_cache, max_ctx, error_flag);
+  } else {
+    kv_cache_write_kernel<false><<<blocks, kCacheWriteThreads, 0, stream>>>(k, v, positions, pos_i64, width, k_cache,
+                                                                            v_cache, max_ctx, error_flag);
+  }
+  return cudaGetLastError();
+}
+
+int attention_decode_splits(int64_t max_ctx, int64_t window, int max_splits) {
+  const int64_t keys = window > 0 ? std::min(window, max_ctx) : max_ctx;
+  const int64_t wanted = (keys + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit;
+  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::clamp(max_splits, 1, kMaxSplits)));
+}
+
+int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits) {
+  return T * heads * std::clamp(max_splits, 1, kMaxSplits) * (head_dim + 2);
+}
+
+cudaError_t attention_decode(const float* q, const float* k_cache, const float* v_cache, const void* positions,
+                             bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                             int64_t max_ctx, int64_t window, float scale, float* partials, int max_splits,
+                             cudaStream_t stream) {
+  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
+      max_splits > kMaxSplits || T > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  if (T == 0) return cudaSuccess;
+  const int splits = attention_decode_splits(max_ctx, window, max_splits);
+  if (splits > 1 && partials == nullptr) return cudaErrorInvalidValue;
+  const AttentionArgs a =
+      make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache);
+  // Query heads per block (kG, dividing the group): more share each K / V row load, fewer
+  // give more blocks. The kernel is latency-bound when its grid is small (one block per SM,
+  // 8 warps), so take the largest kG that still leaves >= 256 blocks, else 1 (the group's
+  // blocks then read the same K / V rows, mostly from L2).
+  const int64_t group = heads / kv_heads;
+  const auto blocks_for = [&](int64_t kg) { return splits * kv_heads * (group / kg) * T; };
+  const auto fits = [&](int64_t kg) { return group % kg == 0 && blocks_for(kg) >= 256; };
+  if (fits(8)) {
+    launch_decode_split<8>(a, vec4, partials, splits, stream);
+  } else if (fits(4)) {
+    launch_decode_split<4>(a, vec4, partials, splits, stream);
+  } else if (fits(2)) {
+    launch_decode_split<2>(a, vec4, partials, splits, stream);
+  } else {
+    launch_decode_split<1>(a, vec4, partials, splits, stream);
+  }
+  if (splits > 1) {
+    const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(T));
+    if (vec4 && aligned16(partials)) {
+      attention_decode_combine_kernel<true><<<grid, kCombineThreads, 0, stream>>>(a, partials, splits);
+    } else {
+      attention_decode_combine_kernel<false><<<grid, kCombineThreads, 0, stream>>>(a, partials, splits);
+    }
+  }
+  return cudaGetLastError();
+}
+
+int64_t attention_prefill_scratch_floats(int64_t /*T*/, int64_t /*heads*/, int64_t /*head_dim*/) { return 0; }
+
+cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
+                              bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                              int64_t max_ctx, int64_t window, float scale, float* /*scratch*/, cudaStream_t stream) {
+  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
+    return cudaErrorInvalidValue;
+  }
+  if (T == 0) return cudaSuccess;
+  const AttentionArgs a =
+      make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache);
+  const size_t smem = prefill_smem_bytes(static_cast<int>(head_dim));
+  const dim3 grid(static_cast<unsigned>((T + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(heads));
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
+  const auto kernel = vec4 ? attention_prefill_kernel<true> : attention_prefill_kernel<false>;
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (attr != cudaSuccess) return attr;
+  kernel<<<grid, kPrefillThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace gearbox::cuda

@@ -1,0 +1,242 @@
+// CUDA row gathers and elementwise ops: embedding lookup, the gated activations, residual
+// add, bias add, last-position copy and the f32 -> W conversion that feeds the GEMM.
+//
+//   embedding      ids [count], table [vocab, hidden] W  -> out [count, hidden] f32
+//   gelu/silu_mul  gate, up [n] -> out [n]           add  a, b [n] -> out [n]
+//   add_bias_rows  y [rows, n] += bias [n]           take_last  x [B, T, F] -> y [B, F]
+//   convert_f32_to x [n] f32 -> y [n] W
+//
+// All memory-bound: float4 (16-byte) accesses when every pointer is 16-byte aligned, with a
+// scalar tail; grid-stride loops over at most kMaxBlocks blocks. Expressions are the CPU
+// kernels' (devices/cpu/kernels_elementwise.cpp), with CUDA's tanhf / expf.
+
+#include <math_constants.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "devices/cuda/kernels.h"
+
+namespace gearbox::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = 132 * 16;  // enough to fill an H200 (132 SMs) many times over
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+unsigned blocks_for(int64_t items) {
+  return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+}
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// ---- elementwise binary ops -------------------------------------------------------------------
+
+struct GeluTanhMul {
+  __device__ float operator()(float g, float u) const {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
+  }
+};
+
+struct SiluMul {
+  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+};
+
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+
+/// out[i] = op(a[i], b[i]); kVec: float4 over the first n / 4 * 4 elements, then the tail.
+/// Each element is read and written by one thread, so out may alias a or b.
+template <typename Op, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    binary_kernel(const float* a, const float* b, float* out, int64_t n, Op op) {
+  int64_t scalar_begin = 0;
+  if constexpr (kVec) {
+    const int64_t n4 = n / 4;
+    for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
+      const float4 x = reinterpret_cast<const float4*>(a)[i];
+      const float4 y = reinterpret_cast<const float4*>(b)[i];
+      reinterpret_cast<float4*>(out)[i] = make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) out[i] = op(a[i], b[i]);
+}
+
+template <typename Op>
+cudaError_t launch_binary(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (aligned16(a) && aligned16(b) && aligned16(out)) {
+    binary_kernel<Op, true><<<blocks_for(n / 4 + 1), kThreads, 0, stream>>>(a, b, out, n, Op{});
+  } else {
+    binary_kernel<Op, false><<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n, Op{});
+  }
+  return cudaGetLastError();
+}
+
+// ---- bias, last position ------------------------------------------------------------------------
+
+/// y[r, c] += bias[c] over y [rows, n]. grid-stride over rows * n.
+__global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int64_t n) {
+  for (int64_t i = global_thread(); i < rows * n; i += grid_threads()) y[i] += bias[i % n];
+}
+
+/// y[b, f] = x[b, T - 1, f]. grid-stride over batch * F.
+__global__ void __launch_bounds__(kThreads)
+    take_last_kernel(const float* x, float* y, int64_t batch, int64_t T, int64_t F) {
+  for (int64_t i = global_thread(); i < batch * F; i += grid_threads()) {
+    const int64_t b = i / F;
+    y[i] = x[(b * T + T - 1) * F + i % F];
+  }
+}
+
+// ---- conversion ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
+__device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
+
+/// Four W values in one 4 * sizeof(W)-byte store.
+template <typename W>
+struct alignas(4 * sizeof(W)) Pack4 {
+  W v[4];
+};
+
+/// y[i] = W(x[i]); kVec: float4 loads and 4-element stores, then the tail.
+template <typename W, bool kVec>
+__global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y, int64_t n) {
+  int64_t scalar_begin = 0;
+  if constexpr (kVec) {
+    const int64_t n4 = n / 4;
+    for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
+      const float4 v = reinterpret_cast<const float4*>(x)[i];
+      Pack4<W> p;
+      convert_one(v.x, &p.v[0]);
+      convert_one(v.y, &p.v[1]);
+      convert_one(v.z, &p.v[2]);
+      convert_one(v.w, &p.v[3]);
+      reinterpret_cast<Pack4<W>*>(y)[i] = p;
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(x[i], &y[i]);
+}
+
+// ---- embedding -------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+/// Row i of out: table[ids[i]] * scale, or NaN and the error flag for an id outside the
+/// vocabulary. kVec: 16 bytes of the table (4 or 8 elements) per step.
+/// grid: count blocks of 256 threads.
+template <typename W, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    embedding_kernel(const void* ids, bool ids_i64, const W* table, int64_t vocab, int64_t hidden, float scale,
+                     float* out, int* error_flag) {
+  const int64_t i = blockIdx.x;
+  const int64_t id = ids_i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
+  float* o = out + i * hidden;
+  if (id < 0 || id >= vocab) {
+    if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
+    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = CUDART_NAN_F;
+    return;
+  }
+  const W* row = table + id * hidden;
+  if constexpr (kVec) {
+    constexpr int kElems = 16 / static_cast<int>(sizeof(W));
+    for (int64_t c = threadIdx.x; c < hidden / kElems; c += kThreads) {
+      const uint4 raw = reinterpret_cast<const uint4*>(row)[c];
+      W w[kElems];
+      static_assert(sizeof(w) == sizeof(raw));
+      memcpy(w, &raw, sizeof(raw));
+#pragma unroll
+      for (int q = 0; q < kElems / 4; ++q) {
+        reinterpret_cast<float4*>(o + c * kElems)[q] =
+            make_float4(to_f32(w[4 * q]) * scale, to_f32(w[4 * q + 1]) * scale, to_f32(w[4 * q + 2]) * scale,
+                        to_f32(w[4 * q + 3]) * scale);
+      }
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = to_f32(row[d]) * scale;
+  }
+}
+
+}  // namespace
+
+// ---- exported entries ---------------------------------------------------------------------------------
+
+template <typename W>
+cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* table, int64_t vocab, int64_t hidden,
+                      float scale, float* out, int* error_flag, cudaStream_t stream) {
+  if (count < 0 || hidden < 0 || vocab < 0 || count > INT32_MAX) return cudaErrorInvalidValue;
+  if (count == 0 || hidden == 0) return cudaSuccess;
+  constexpr int64_t kElems = 16 / static_cast<int64_t>(sizeof(W));
+  const auto blocks = static_cast<unsigned>(count);
+  if (hidden % kElems == 0 && aligned16(table) && aligned16(out)) {
+    embedding_kernel<W, true>
+        <<<blocks, kThreads, 0, stream>>>(ids, ids_i64, table, vocab, hidden, scale, out, error_flag);
+  } else {
+    embedding_kernel<W, false>
+        <<<blocks, kThreads, 0, stream>>>(ids, ids_i64, table, vocab, hidden, scale, out, error_flag);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  return launch_binary<GeluTanhMul>(gate, up, out, n, stream);
+}
+
+cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
+  return launch_binary<SiluMul>(gate, up, out, n, stream);
+}
+
+cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+  return launch_binary<Add>(a, b, out, n, stream);
+}
+
+cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {
+  if (rows < 0 || n < 0) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  add_bias_rows_kernel<<<blocks_for(rows * n), kThreads, 0, stream>>>(y, bias, rows, n);
+  return cudaGetLastError();
+}
+
+cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream) {
+  if (batch < 0 || T < 1 || F < 0) return cudaErrorInvalidValue;
+  if (batch == 0 || F == 0) return cudaSuccess;
+  take_last_kernel<<<blocks_for(batch * F), kThreads, 0, stream>>>(x, y, batch, T, F);
+  return cudaGetLastError();
+}
+
+template <typename W>
+cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream) {
+  if (n < 0) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (aligned16(x) && reinterpret_cast<uintptr_t>(y) % alignof(Pack4<W>) == 0) {
+    convert_kernel<W, true><<<blocks_for(n / 4 + 1), kThreads, 0, stream>>>(x, y, n);
+  } else {
+    convert_kernel<W, false><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  }
+  return cudaGetLastError();
+}
+
+#define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
+  template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \
+                                    cudaStream_t);                                                               \
+  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, cudaStream_t);
+GEARBOX_INSTANTIATE_ELEMENTWISE(float)
+GEARBOX_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
+GEARBOX_INSTANTIATE_ELEMENTWISE(__half)
+#undef GEARBOX_INSTANTIATE_ELEMENTWISE
+
+}  // namespace gearbox::cuda

@@ -1,0 +1,90 @@
+// The engine file: what a built engine is on disk and inside an ExecuTorch delegate blob.
+//
+// Layout (all integers little-endian; docs/FORMAT.md is the normative description):
+//   [fixed header]  magic "GBXENGN\0", format version, header length, then offsets, sizes
+//                   and checksums of the two sections below. Fields are appended, never
+//                   reordered; a reader uses header_bytes to skip fields it does not know.
+//   [metadata]      the EngineDesc below, in a bounds-checked binary encoding.
+//   [payload]       the weights, 64-byte aligned (so it can be memory-mapped and used in
+//                   place); each weight's offset within it is 64-byte aligned too.
+// Checksums (XXH3-64) cover the metadata and the payload.
+//
+// The reader validates every offset, size, count, enum value and checksum against the
+// bytes it was given before using them, returns a distinct kDataLoss message per kind of
+// damage, and never allocates more than a small multiple of the input size.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gearbox/device.h"
+#include "gearbox/profile_selection.h"
+#include "gearbox/status.h"
+#include "ir/network.h"
+
+namespace gearbox::format {
+
+inline constexpr char kMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint64_t kPayloadAlignment = 64;
+
+/// The tactics chosen for one profile on one device: tactic id per node (index = node id),
+/// the measured median time of each choice, and the activation bytes the profile needs.
+struct ProfileTactics {
+  std::vector<uint32_t> tactic_per_node;
+  std::vector<float> time_us_per_node;
+  uint64_t arena_bytes = 0;
+};
+
+/// Tactics tuned for one device (kind + name) with the library versions they were timed
+/// against (e.g. "cublasLt 13.0.2"); a runtime uses them only on a matching device.
+struct TacticTable {
+  DeviceKind device = DeviceKind::kCpu;
+  std::string device_name;
+  std::string library_versions;
+  std::vector<ProfileTactics> profiles;  ///< one per engine profile, same order
+};
+
+/// One optimization profile: its name and, per network input, its bounds.
+struct ProfileDesc {
+  std::string name;
+  std::vector<InputProfileBounds> bounds;  ///< one per network input
+};
+
+/// Everything in an engine file but the weight bytes.
+struct EngineDesc {
+  ir::Network network;
+  std::vector<ProfileDesc> profiles;
+  std::vector<TacticTable> tactic_tables;
+  /// Free-form key/value facts about the model (e.g. "model.family" = "gemma3",
+  /// "tokenizer.bos" = "2"); keys are unique.
+  std::vector<std::pair<std::string, std::string>> metadata;
+  /// The gearbox version that wrote the file.
+  std::string producer;
+};
+
+/// A parsed engine: the description plus a view of the payload inside the parsed bytes
+/// (valid as long as those bytes are).
+struct ParsedEngine {
+  EngineDesc desc;
+  std::span<const uint8_t> payload;
+};
+
+/// Serializes `desc` and `payload` (the weight bytes; each WeightInfo's offset and bytes
+/// must lie inside it) into one buffer. Errors: kInvalidArgument when the description does
+/// not validate (ir::validate_network) or a weight lies outside the payload.
+Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<const uint8_t> payload);
+
+/// Writes serialize_engine's bytes to `path` (through a temporary file and a rename, so a
+/// crash never leaves a half-written engine behind).
+Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload);
+
+/// Parses and validates an engine image. Errors: kDataLoss with a message naming what is
+/// wrong (bad magic, unsupported version, truncated header/metadata/payload, checksum
+/// mismatch, a count or offset past the end, an invalid enum, an invalid network...).
+Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes);
+
+}  // namespace gearbox::format

@@ -1,0 +1,240 @@
+// serialize_engine and write_engine_file. The byte layout is docs/FORMAT.md; the reader
+// (engine_reader.cpp) decodes exactly what this encodes, and serialize_engine parses its
+// own output before returning it, so a file it writes always loads.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include <xxhash.h>
+
+#include "core/check.h"
+#include "format/binary_io.h"
+#include "format/engine_file.h"
+#include "ir/validate.h"
+
+namespace gearbox::format {
+namespace {
+
+// Version-1 layout constants (docs/FORMAT.md); the reader has the same table.
+constexpr uint32_t kHeaderBytesV1 = 64;
+enum class Section : uint32_t { kNetwork = 1, kProfiles = 2, kTacticTables = 3, kMetadata = 4, kProducer = 5 };
+
+void write_dims(ByteWriter& w, const Dims& d) {
+  w.count(static_cast<size_t>(d.rank()));
+  for (int64_t e : d.extents()) w.i64(e);
+}
+
+void write_ids(ByteWriter& w, const std::vector<int32_t>& ids) {
+  w.count(ids.size());
+  for (int32_t id : ids) w.i32(id);
+}
+
+void write_attrs(ByteWriter& w, const ir::OpAttrs& a) {
+  w.f32(a.eps);
+  w.f32(a.weight_offset);
+  w.f32(a.scale);
+  w.f32(a.theta);
+  w.i32(a.heads);
+  w.i32(a.kv_heads);
+  w.i32(a.head_dim);
+  w.i32(a.window);
+  w.i32(a.state);
+  w.i32(a.has_bias);
+}
+
+void write_network(ByteWriter& w, const ir::Network& net) {
+  w.count(net.tensors.size());
+  for (const ir::TensorInfo& t : net.tensors) {
+    w.string(t.name);
+    w.u8(static_cast<uint8_t>(t.dtype));
+  }
+  w.count(net.weights.size());
+  for (const ir::WeightInfo& wt : net.weights) {
+    w.string(wt.name);
+    w.u8(static_cast<uint8_t>(wt.dtype));
+    write_dims(w, wt.dims);
+    w.u64(wt.offset);
+    w.u64(wt.bytes);
+  }
+  w.count(net.inputs.size());
+  for (const ir::InputSpec& in : net.inputs) {
+    w.i32(in.tensor);
+    write_dims(w, in.dims);
+    w.count(in.dim_names.size());
+    for (const std::string& n : in.dim_names) w.string(n);
+  }
+  write_ids(w, net.outputs);
+  w.count(net.states.size());
+  for (const ir::StateSpec& s : net.states) {
+    w.string(s.name);
+    w.u8(static_cast<uint8_t>(s.dtype));
+    w.i64(s.rows);
+    w.i64(s.width);
+  }
+  w.count(net.nodes.size());
+  for (const ir::Node& n : net.nodes) {
+    w.u32(static_cast<uint32_t>(n.kind));
+    w.string(n.name);
+    write_ids(w, n.inputs);
+    write_ids(w, n.outputs);
+    write_ids(w, n.weights);
+    write_attrs(w, n.attrs);
+  }
+  w.i64(net.max_context);
+}
+
+void write_profiles(ByteWriter& w, const std::vector<ProfileDesc>& profiles) {
+  w.count(profiles.size());
+  for (const ProfileDesc& p : profiles) {
+    w.string(p.name);
+    w.count(p.bounds.size());
+    for (const InputProfileBounds& b : p.bounds) {
+      write_dims(w, b.min);
+      write_dims(w, b.opt);
+      write_dims(w, b.max);
+    }
+  }
+}
+
+void write_tactic_tables(ByteWriter& w, const std::vector<TacticTable>& tables) {
+  w.count(tables.size());
+  for (const TacticTable& t : tables) {
+    w.u32(static_cast<uint32_t>(t.device));
+    w.string(t.device_name);
+    w.string(t.library_versions);
+    w.count(t.profiles.size());
+    for (const ProfileTactics& p : t.profiles) {
+      w.count(p.tactic_per_node.size());
+      for (uint32_t tactic : p.tactic_per_node) w.u32(tactic);
+      w.count(p.time_us_per_node.size());
+      for (float time : p.time_us_per_node) w.f32(time);
+      w.u64(p.arena_bytes);
+    }
+  }
+}
+
+// Section id, u64 body length (patched once the body is written), body.
+template <typename F>
+void write_section(ByteWriter& w, Section id, F&& body) {
+  w.u32(static_cast<uint32_t>(id));
+  const size_t length_at = w.size();
+  w.u64(0);
+  body();
+  w.patch_u64(length_at, w.size() - length_at - sizeof(uint64_t));
+}
+
+ByteWriter encode_metadata(const EngineDesc& desc) {
+  ByteWriter w;
+  write_section(w, Section::kNetwork, [&] { write_network(w, desc.network); });
+  write_section(w, Section::kProfiles, [&] { write_profiles(w, desc.profiles); });
+  write_section(w, Section::kTacticTables, [&] { write_tactic_tables(w, desc.tactic_tables); });
+  write_section(w, Section::kMetadata, [&] {
+    w.count(desc.metadata.size());
+    for (const auto& [key, value] : desc.metadata) {
+      w.string(key);
+      w.string(value);
+    }
+  });
+  write_section(w, Section::kProducer, [&] { w.string(desc.producer); });
+  return w;
+}
+
+std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+// Writes all of `bytes` to `fd`, retrying short writes and EINTR.
+bool write_all(int fd, std::span<const uint8_t> bytes) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    bytes = bytes.subspan(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace
+
+Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<const uint8_t> payload) {
+  const Status valid = ir::validate_network(desc.network, payload.size());
+  if (!valid.ok()) return invalid_argument("cannot serialize the engine: " + valid.message());
+
+  const ByteWriter metadata = encode_metadata(desc);
+  if (!metadata.ok()) {
+    return invalid_argument("cannot serialize the engine: a string or a list is longer than 4 GiB");
+  }
+  const uint64_t metadata_offset = kHeaderBytesV1;
+  const uint64_t metadata_bytes = metadata.size();
+  const uint64_t metadata_end = metadata_offset + metadata_bytes;
+  const uint64_t payload_offset = (metadata_end + kPayloadAlignment - 1) / kPayloadAlignment * kPayloadAlignment;
+
+  ByteWriter file;
+  file.raw(std::span(reinterpret_cast<const uint8_t*>(kMagic), sizeof kMagic));
+  file.u32(kFormatVersion);
+  file.u32(kHeaderBytesV1);
+  file.u64(metadata_offset);
+  file.u64(metadata_bytes);
+  file.u64(payload_offset);
+  file.u64(payload.size());
+  file.u64(XXH3_64bits(metadata.bytes().data(), metadata.bytes().size()));
+  file.u64(XXH3_64bits(payload.data(), payload.size()));
+  GEARBOX_CHECK(file.size() == kHeaderBytesV1);
+  file.raw(metadata.bytes());
+  file.pad_to(kPayloadAlignment);
+  GEARBOX_CHECK(file.size() == payload_offset);
+  file.raw(payload);
+  std::vector<uint8_t> bytes = std::move(file).take();
+
+  // The reader's checks beyond validate_network (profiles, tactic tables, metadata keys,
+  // string limits) are the single definition of a loadable engine: apply them here too.
+  Result<ParsedEngine> parsed = parse_engine(bytes);
+  if (!parsed.ok()) {
+    return invalid_argument("cannot serialize the engine: it would not load: " + parsed.status().message());
+  }
+  return bytes;
+}
+
+Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload) {
+  Result<std::vector<uint8_t>> bytes = serialize_engine(desc, payload);
+  if (!bytes.ok()) return bytes.status();
+
+  // A rename within one directory replaces the old engine atomically: a reader sees the
+  // old file or the new one, never half of either.
+  // Unique per process and call, so concurrent writers of one path never share a temporary.
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    if (err == ENOENT) {
+      const std::string dir = std::filesystem::path(path).parent_path().string();
+      return not_found("cannot write the engine '" + path + "': the directory '" + (dir.empty() ? "." : dir) +
+                       "' does not exist");
+    }
+    return device_error("cannot create '" + tmp + "' (to write the engine '" + path + "'): " + os_error(err));
+  }
+  const bool written = write_all(fd, *bytes);
+  const int write_err = errno;
+  if (::close(fd) != 0 || !written) {
+    const int err = written ? errno : write_err;
+    ::unlink(tmp.c_str());
+    return device_error("cannot write '" + tmp + "' (to write the engine '" + path + "'): " + os_error(err));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    return device_error("cannot rename '" + tmp + "' to '" + path + "': " + os_error(err));
+  }
+  return Status::ok_status();
+}
+
+}  // namespace gearbox::format

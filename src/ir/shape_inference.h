@@ -1,0 +1,27 @@
+// Shape inference: every tensor's dims from the network inputs' dims. The one home of
+// every shape rule (network.h states them in words).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "gearbox/dims.h"
+#include "gearbox/status.h"
+#include "ir/network.h"
+
+namespace gearbox::ir {
+
+/// Fills `dims` (one entry per network tensor) from `input_dims` (one per network input,
+/// in InputSpec order). The network must have passed validate_network.
+/// Errors: kInvalidArgument naming the input or the op, the tensor and the dims, e.g.
+/// "node 3 'layers.0.q_proj' (linear): input 'x' has last dim 300 but weight
+/// 'model.layers.0.self_attn.q_proj.weight' expects 320".
+Status infer_shapes(const Network& network, std::span<const Dims> input_dims, std::vector<Dims>& dims);
+
+/// Checks one input's dims against its InputSpec (rank, static extents, extents >= 1).
+Status check_input_dims(const Network& network, size_t input, const Dims& dims);
+
+/// Bytes of one tensor of `dims` in `dtype`; saturates at INT64_MAX.
+int64_t tensor_bytes(const Dims& dims, DataType dtype) noexcept;
+
+}  // namespace gearbox::ir

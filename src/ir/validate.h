@@ -1,0 +1,18 @@
+// Structural validation of a Network: everything that can be checked without input dims.
+#pragma once
+
+#include <cstdint>
+
+#include "gearbox/status.h"
+#include "ir/network.h"
+
+namespace gearbox::ir {
+
+/// Checks that every id is in range, every op has the inputs, outputs, weights and
+/// attributes its kind needs (see network.h), every tensor is produced exactly once before
+/// it is read, weights lie inside a payload of `payload_bytes` with 64-byte aligned offsets
+/// and bytes == volume * dtype size, and state specs are positive and bounded.
+/// Errors: kInvalidArgument naming the node (index, name, kind) or item and the rule.
+Status validate_network(const Network& network, uint64_t payload_bytes);
+
+}  // namespace gearbox::ir

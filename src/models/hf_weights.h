@@ -1,0 +1,47 @@
+// Feeds build_gemma3() from a safetensors checkpoint: maps gearbox's (HF) weight names
+// onto the checkpoint's, checks shapes and converts dtypes.
+//
+//   Result<std::string> prefix = models::detect_weight_prefix(checkpoint);
+//   models::CheckpointWeights weights(checkpoint, *prefix);
+//   Result<models::BuiltModel> model = models::build_gemma3(config, weights);
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "gearbox/data_type.h"
+#include "gearbox/dims.h"
+#include "gearbox/status.h"
+#include "models/gemma3.h"
+#include "models/safetensors.h"
+
+namespace gearbox::models {
+
+/// A WeightSource reading a SafetensorsCheckpoint. Holds a pointer to `checkpoint`, which
+/// must outlive it. Not thread-safe (fill() is called by one builder).
+class CheckpointWeights final : public WeightSource {
+ public:
+  /// `prefix` replaces the leading "model." of gearbox's names (see detect_weight_prefix()).
+  CheckpointWeights(const SafetensorsCheckpoint& checkpoint, std::string prefix)
+      : checkpoint_(&checkpoint), prefix_(std::move(prefix)) {}
+
+  /// The checkpoint's name for gearbox's `name`: "model.X" -> prefix + "X"; "lm_head.weight"
+  /// stays, or becomes "language_model.lm_head.weight" under the "language_model.model."
+  /// prefix (transformers 4.x multimodal naming); anything else -> "".
+  std::string checkpoint_name(const std::string& name) const;
+
+  /// Writes the tensor `name` as `dtype` (f32, bf16 or f16; round to nearest even) into
+  /// `out`, which must hold volume(dims) elements. Errors: kNotFound ("checkpoint has no
+  /// tensor '...'"); kDataLoss (the checkpoint's shape differs from `dims`: both named);
+  /// kUnimplemented / kDataLoss (a dtype gearbox does not read); kInvalidArgument (a name
+  /// outside gearbox's scheme, an unsupported `dtype`, `out` of the wrong size).
+  Status fill(const std::string& name, const Dims& dims, DataType dtype, std::span<uint8_t> out) override;
+
+ private:
+  const SafetensorsCheckpoint* checkpoint_;
+  std::string prefix_;
+};
+
+}  // namespace gearbox::models

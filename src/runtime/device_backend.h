@@ -1,0 +1,117 @@
+// What the runtime and the builder need from a device: tactics per op, weight upload,
+// memory, streams, and running a planned network. The CPU device implements it in
+// devices/cpu/cpu_backend.cpp; the CUDA device slots in behind the same interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gearbox/device.h"
+#include "gearbox/status.h"
+#include "ir/network.h"
+#include "runtime/stream_impl.h"
+
+namespace gearbox::internal {
+
+/// A kernel choice for one op kind. Ids are stored in engine files: never reuse one.
+struct TacticInfo {
+  uint32_t id = 0;
+  const char* name = "";
+};
+
+/// Device memory. Freed by its owner's deleter.
+using DeviceBuffer = std::unique_ptr<void, void (*)(void*)>;
+
+/// Weights resident on a device, shared (read-only) by every context and profile.
+class DeviceWeights {
+ public:
+  virtual ~DeviceWeights() = default;
+  /// Bytes the weights take on the device.
+  virtual int64_t bytes() const noexcept = 0;
+};
+
+/// Per-context device state: what a device keeps between calls of one execution context
+/// (the CUDA device: a cuBLASLt workspace, captured graphs per profile). Null on the CPU.
+class DeviceContextState {
+ public:
+  virtual ~DeviceContextState() = default;
+};
+
+/// One node's tensors at one call.
+struct NodeArgs {
+  std::span<void* const> tensors;  ///< every network tensor's address (index = tensor id)
+  std::span<const Dims> dims;      ///< every network tensor's dims
+  void* scratch = nullptr;         ///< at least scratch_bytes() of the node's tactic
+  std::span<void* const> states;   ///< per state slot: K cache, V cache (2 per slot)
+  DeviceContextState* context = nullptr;
+};
+
+/// Everything one enqueue of a network needs, by value (the work runs later).
+struct NetworkLaunch {
+  std::vector<uint32_t> tactics;  ///< per node
+  std::vector<void*> tensors;
+  std::vector<Dims> dims;
+  void* scratch = nullptr;
+  std::vector<void*> states;
+  DeviceContextState* context = nullptr;
+  int32_t profile = 0;
+  /// Every input's shape is fixed by the profile (min == max): the device may capture the
+  /// launch once and replay it (a CUDA graph) while the addresses stay the same.
+  bool static_shapes = false;
+};
+
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+
+  virtual DeviceKind kind() const noexcept = 0;
+  virtual std::string device_name() const = 0;
+  virtual std::string library_versions() const = 0;
+
+  /// How this device stores tensors declared as `declared` (the CPU keeps floats in f32).
+  virtual DataType storage_type(DataType declared) const noexcept = 0;
+
+  /// The tactics this device has for `node`'s op, best-known default first.
+  virtual std::vector<TacticInfo> tactics(const ir::Node& node) const = 0;
+  /// True when `tactic` can run `node` for every shape up to `max_dims` (all tensors).
+  virtual bool tactic_valid(const ir::Node& node, uint32_t tactic, std::span<const Dims> max_dims) const = 0;
+  /// Scratch bytes `tactic` needs for `node` at `dims` (all tensors), monotonic in dims.
+  virtual int64_t scratch_bytes(const ir::Network& net, const ir::Node& node, uint32_t tactic,
+                                std::span<const Dims> dims) const = 0;
+
+  /// Converts and uploads the weights once.
+  virtual Result<std::shared_ptr<DeviceWeights>> upload_weights(const ir::Network& net,
+                                                                std::span<const uint8_t> payload) const = 0;
+  /// Allocates device memory (64-byte aligned). Errors: kResourceExhausted.
+  virtual Result<DeviceBuffer> allocate(int64_t bytes) const = 0;
+  /// Per-context state for `profiles` profiles; null when the device keeps none.
+  virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
+  /// A new stream on this device.
+  virtual Result<std::shared_ptr<StreamImpl>> create_stream() const = 0;
+
+  /// Copies host memory `src` to device memory `dst`, ordered on `stream`; `src` may be
+  /// reused as soon as this returns (the caller's input buffers).
+  virtual Status copy_from_host(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const = 0;
+  /// Enqueues a copy of `bytes` from `src` to `dst` (device or host memory) on `stream`.
+  virtual Status enqueue_copy(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const = 0;
+  /// Enqueues the whole network on `stream`.
+  virtual Status enqueue_network(const ir::Network& net, const DeviceWeights& weights, NetworkLaunch launch,
+                                 StreamImpl& stream) const = 0;
+  /// Runs one node now, on the calling thread (the builder's timing loop).
+  virtual Status run_node(const ir::Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
+                          const NodeArgs& args) const = 0;
+};
+
+/// The backend for `kind`. Errors: kUnimplemented when this build lacks the device,
+/// kNotFound when the machine has none.
+Result<std::shared_ptr<const DeviceBackend>> device_backend(DeviceKind kind);
+
+/// The CPU backend (always there) and the CUDA backend (kUnimplemented without CUDA in
+/// the build, kNotFound without a GPU).
+std::shared_ptr<const DeviceBackend> cpu_backend();
+Result<std::shared_ptr<const DeviceBackend>> cuda_backend();
+
+}  // namespace gearbox::internal

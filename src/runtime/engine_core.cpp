@@ -1,0 +1,132 @@
+#include "runtime/engine_core.h"
+
+#include <algorithm>
+
+#include "builder/builder.h"
+#include "core/check.h"
+#include "core/log.h"
+#include "ir/shape_inference.h"
+
+namespace gearbox::internal {
+namespace {
+
+BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, std::vector<std::string> dim_names) {
+  const ir::TensorInfo& t = net.tensors[static_cast<size_t>(tensor)];
+  return BindingInfo{t.name, t.dtype, dims, std::move(dim_names)};
+}
+
+}  // namespace
+
+Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> bytes, const EngineOptions& options) {
+  Result<format::ParsedEngine> parsed = format::parse_engine(bytes);
+  if (!parsed.ok()) return parsed.status();
+  auto core = std::make_shared<EngineCore>();
+  core->desc_ = std::move(parsed->desc);
+  const ir::Network& net = core->desc_.network;
+
+  Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
+  if (!device.ok()) return device.status();
+  core->device_ = *device;
+  for (const ir::InputSpec& in : net.inputs) {
+    const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
+    if (core->device_->storage_type(declared) != declared) {
+      return unimplemented("input '" + net.tensors[static_cast<size_t>(in.tensor)].name + "' is " +
+                           data_type_name(declared) + ", which the " + device_kind_name(options.device) +
+                           " device does not take; build the engine with f32 inputs");
+    }
+  }
+  for (int32_t out : net.outputs) {
+    const DataType declared = net.tensors[static_cast<size_t>(out)].dtype;
+    if (core->device_->storage_type(declared) != declared) {
+      return unimplemented("output '" + net.tensors[static_cast<size_t>(out)].name + "' is " +
+                           data_type_name(declared) + ", which the " + device_kind_name(options.device) +
+                           " device does not produce; build the engine with f32 outputs");
+    }
+  }
+  Result<std::shared_ptr<DeviceWeights>> weights = core->device_->upload_weights(net, parsed->payload);
+  if (!weights.ok()) return weights.status();
+  core->weights_ = std::move(*weights);
+
+  for (const format::TacticTable& table : core->desc_.tactic_tables) {
+    if (table.device == options.device && table.library_versions == core->device_->library_versions()) {
+      core->tactics_ = &table;
+      break;
+    }
+  }
+  if (core->tactics_ == nullptr) {
+    GEARBOX_LOG(kInfo, "the engine has no tactics for this %s device (%s); tuning now",
+                device_kind_name(options.device), core->device_->library_versions().c_str());
+    Result<format::TacticTable> tuned =
+        tune(net, core->desc_.profiles, *core->device_, *core->weights_, BuildOptions{});
+    if (!tuned.ok()) return tuned.status();
+    core->tuned_here_ = std::move(*tuned);
+    core->tactics_ = &core->tuned_here_;
+  }
+
+  for (const format::ProfileDesc& p : core->desc_.profiles) {
+    core->profiles_.bounds.push_back(p.bounds);
+    core->profiles_.names.push_back(p.name);
+  }
+  for (const ir::InputSpec& in : net.inputs) core->inputs_.push_back(binding(net, in.tensor, in.dims, in.dim_names));
+  for (int32_t out : net.outputs) core->outputs_.push_back(binding(net, out, Dims(), {}));
+
+  core->input_value_limit_.assign(net.inputs.size(), 0);
+  for (size_t i = 0; i < net.inputs.size(); ++i) {
+    const int32_t tensor = net.inputs[i].tensor;
+    for (const ir::Node& node : net.nodes) {
+      if (node.kind == ir::OpKind::kEmbedding && node.inputs[0] == tensor) {
+        core->input_value_limit_[i] = net.weights[static_cast<size_t>(node.weights[0])].dims[0];
+      } else if ((node.kind == ir::OpKind::kRope && node.inputs[1] == tensor) ||
+                 (node.kind == ir::OpKind::kAttention && node.inputs[3] == tensor)) {
+        core->input_value_limit_[i] = net.max_context;
+      }
+    }
+  }
+
+  core->binding_max_bytes_.assign(net.inputs.size() + net.outputs.size(), 0);
+  for (int32_t p = 0; p < core->profiles_.size(); ++p) {
+    std::vector<Dims> input_max;
+    for (const InputProfileBounds& b : core->desc_.profiles[static_cast<size_t>(p)].bounds) input_max.push_back(b.max);
+    std::vector<Dims> dims;
+    GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(net, input_max, dims));
+    core->plans_.push_back(plan_memory(net, dims, core->tactics(p), *core->device_));
+    core->arena_bytes_ = std::max(core->arena_bytes_, core->plans_.back().arena_bytes);
+    for (size_t b = 0; b < core->binding_max_bytes_.size(); ++b) {
+      const int32_t tensor = b < net.inputs.size() ? net.inputs[b].tensor : net.outputs[b - net.inputs.size()];
+      const auto t = static_cast<size_t>(tensor);
+      const int64_t binding_bytes = ir::tensor_bytes(dims[t], core->device_->storage_type(net.tensors[t].dtype));
+      core->binding_max_bytes_[b] = std::max(core->binding_max_bytes_[b], binding_bytes);
+    }
+    core->max_dims_.push_back(std::move(dims));
+  }
+  return core;
+}
+
+Status EngineCore::check_bounds(int32_t profile, size_t input, const Dims& dims) const {
+  const InputProfileBounds& b = profiles_.bounds[static_cast<size_t>(profile)][input];
+  const BindingInfo& info = inputs_[input];
+  if (dims.rank() != b.min.rank()) {
+    return invalid_argument("input '" + info.name + "' has rank " + std::to_string(dims.rank()) + " " +
+                            dims.to_string() + ", expected " + std::to_string(b.min.rank()));
+  }
+  for (int32_t d = 0; d < dims.rank(); ++d) {
+    if (dims[d] >= b.min[d] && dims[d] <= b.max[d]) continue;
+    const std::string dim_name =
+        static_cast<size_t>(d) < info.dim_names.size() ? info.dim_names[static_cast<size_t>(d)] : std::to_string(d);
+    return out_of_range("input '" + info.name + "' dim '" + dim_name + "' is " + std::to_string(dims[d]) +
+                        ", outside [" + std::to_string(b.min[d]) + ", " + std::to_string(b.max[d]) + "] of profile " +
+                        std::to_string(profile) + " '" + profiles_.names[static_cast<size_t>(profile)] + "'");
+  }
+  return {};
+}
+
+std::string EngineCore::describe_profile(int32_t profile) const {
+  std::string s = std::to_string(profile) + " '" + profiles_.names[static_cast<size_t>(profile)] + "':";
+  for (size_t i = 0; i < inputs_.size(); ++i) {
+    const InputProfileBounds& b = profiles_.bounds[static_cast<size_t>(profile)][i];
+    s += " " + inputs_[i].name + " " + b.min.to_string() + ".." + b.max.to_string();
+  }
+  return s;
+}
+
+}  // namespace gearbox::internal

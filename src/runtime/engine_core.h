@@ -1,0 +1,71 @@
+// A loaded engine: the parsed description, weights on the device, the tactics for this
+// device, and a memory plan per profile. Immutable after load and shared by every
+// context (except the once-per-engine log flag).
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "format/engine_file.h"
+#include "gearbox/engine.h"
+#include "runtime/device_backend.h"
+#include "runtime/memory_plan.h"
+
+namespace gearbox::internal {
+
+class EngineCore {
+ public:
+  /// Parses `bytes`, uploads the weights to `options.device`, and picks the tactic table
+  /// for this device (tuning now when the file has none that matches).
+  static Result<std::shared_ptr<EngineCore>> load(std::span<const uint8_t> bytes, const EngineOptions& options);
+
+  const format::EngineDesc& desc() const noexcept { return desc_; }
+  const ir::Network& network() const noexcept { return desc_.network; }
+  const DeviceBackend& device() const noexcept { return *device_; }
+  const DeviceWeights& weights() const noexcept { return *weights_; }
+  const ProfileTable& profiles() const noexcept { return profiles_; }
+  std::span<const BindingInfo> inputs() const noexcept { return inputs_; }
+  std::span<const BindingInfo> outputs() const noexcept { return outputs_; }
+  /// Tactic per node for `profile`.
+  std::span<const uint32_t> tactics(int32_t profile) const {
+    return tactics_->profiles[static_cast<size_t>(profile)].tactic_per_node;
+  }
+  const MemoryPlan& memory_plan(int32_t profile) const { return plans_[static_cast<size_t>(profile)]; }
+  /// Every tensor's dims at `profile`'s max input dims.
+  const std::vector<Dims>& max_dims(int32_t profile) const { return max_dims_[static_cast<size_t>(profile)]; }
+  /// The largest arena any profile needs.
+  int64_t arena_bytes() const noexcept { return arena_bytes_; }
+  /// Largest bytes of input/output `binding` (inputs first) over all profiles.
+  int64_t binding_max_bytes(size_t binding) const { return binding_max_bytes_[binding]; }
+
+  /// Checks input `input`'s dims against `profile`'s bounds. Errors: kOutOfRange naming
+  /// the input, the dim, its value, the bounds and the profile.
+  Status check_bounds(int32_t profile, size_t input, const Dims& dims) const;
+  /// For an input of token ids: the vocabulary size (ids must be in [0, limit)); for an
+  /// input of positions: the maximum context; 0 for other inputs.
+  int64_t input_value_limit(size_t input) const { return input_value_limit_[input]; }
+  /// "tokens [1, 1]..[1, 1]" for every input of `profile`, for error messages.
+  std::string describe_profile(int32_t profile) const;
+
+  /// True the first time it is called for this engine (for once-per-engine logs).
+  bool first_pin_ignored() const noexcept { return !pin_ignored_logged_.exchange(true); }
+
+ private:
+  format::EngineDesc desc_;
+  std::shared_ptr<const DeviceBackend> device_;
+  std::shared_ptr<DeviceWeights> weights_;
+  format::TacticTable tuned_here_;  // used when the file has no table for this device
+  const format::TacticTable* tactics_ = nullptr;
+  ProfileTable profiles_;
+  std::vector<BindingInfo> inputs_, outputs_;
+  std::vector<MemoryPlan> plans_;
+  std::vector<std::vector<Dims>> max_dims_;
+  std::vector<int64_t> binding_max_bytes_;
+  std::vector<int64_t> input_value_limit_;
+  int64_t arena_bytes_ = 0;
+  mutable std::atomic<bool> pin_ignored_logged_{false};
+};
+
+}  // namespace gearbox::internal

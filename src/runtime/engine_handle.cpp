@@ -1,0 +1,235 @@
+#include "runtime/engine_handle.h"
+
+#include <cstring>
+#include <string>
+
+#include "core/check.h"
+#include "core/log.h"
+#include "gearbox/profile_guard.h"
+#include "ir/shape_inference.h"
+
+namespace gearbox::internal {
+namespace {
+
+int64_t read_int(const void* data, DataType type, int64_t i) {
+  if (type == DataType::kI64) return static_cast<const int64_t*>(data)[i];
+  return static_cast<const int32_t*>(data)[i];
+}
+
+std::string dims_list(std::span<const BindingInfo> bindings, std::span<const Dims> dims) {
+  std::string s;
+  for (size_t i = 0; i < dims.size(); ++i) s += (i > 0 ? ", " : "") + bindings[i].name + " " + dims[i].to_string();
+  return s;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const EngineCore> engine,
+                                                           ProfileRequest default_request) {
+  std::unique_ptr<EngineHandle> h(new EngineHandle());
+  h->engine_ = std::move(engine);
+  h->default_request_ = std::move(default_request);
+  h->table_ = h->engine_->profiles();
+  h->table_.active = 0;
+  Result<std::unique_ptr<ExecutionContext>> ctx = ExecutionContext::create(h->engine_);
+  if (!ctx.ok()) return ctx.status();
+  h->context_ = std::move(*ctx);
+  Result<std::shared_ptr<StreamImpl>> stream = h->engine_->device().create_stream();
+  if (!stream.ok()) return stream.status();
+  h->own_stream_ = std::move(*stream);
+  const size_t bindings = h->engine_->inputs().size() + h->engine_->outputs().size();
+  for (size_t b = 0; b < bindings; ++b) {
+    Result<DeviceBuffer> buf = h->engine_->device().allocate(h->engine_->binding_max_bytes(b));
+    if (!buf.ok()) return buf.status();
+    h->staging_.push_back(std::move(*buf));
+  }
+  return h;
+}
+
+EngineHandle::~EngineHandle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (inflight_pending_) {
+    const Status s = inflight_event_.synchronize();
+    if (!s.ok()) GEARBOX_LOG(kError, "work still in flight at teardown failed: %s", s.to_string().c_str());
+  }
+}
+
+Status EngineHandle::wait_inflight() {
+  if (!inflight_pending_) return {};
+  inflight_pending_ = false;
+  const Status s = inflight_event_.synchronize();
+  return s.ok() ? s : s.with_context("an earlier run of this session failed on the device");
+}
+
+Status EngineHandle::mark_inflight(StreamImpl& stream) {
+  const Status recorded = stream.record(inflight_event_);
+  if (recorded.ok()) {
+    inflight_pending_ = true;
+    return {};
+  }
+  // Usually a sticky fault of work just enqueued: drain, and report it rather than success.
+  GEARBOX_LOG(kError, "recording the in-flight event failed: %s", recorded.to_string().c_str());
+  (void)stream.synchronize();
+  inflight_pending_ = false;
+  return recorded.with_context("the device failed");
+}
+
+Status EngineHandle::synchronize() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return wait_inflight();
+}
+
+int32_t EngineHandle::active_profile() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return context_->profile();
+}
+
+bool EngineHandle::inflight_pending() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return inflight_pending_;
+}
+
+Status EngineHandle::check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const {
+  const std::span<const BindingInfo> bindings = engine_->inputs();
+  if (inputs.size() != bindings.size()) {
+    return invalid_argument("the engine takes " + std::to_string(bindings.size()) + " inputs, got " +
+                            std::to_string(inputs.size()));
+  }
+  dims.clear();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype != bindings[i].dtype) {
+      return invalid_argument("input '" + bindings[i].name + "' must be " + data_type_name(bindings[i].dtype) +
+                              ", got " + data_type_name(inputs[i].dtype));
+    }
+    if (inputs[i].data == nullptr) return invalid_argument("input '" + bindings[i].name + "' has no data");
+    GEARBOX_RETURN_IF_ERROR(ir::check_input_dims(engine_->network(), i, inputs[i].dims));
+    dims.push_back(inputs[i].dims);
+  }
+  return {};
+}
+
+Status EngineHandle::validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    GEARBOX_RETURN_IF_ERROR(engine_->check_bounds(profile, i, dims[i]));
+    const int64_t limit = engine_->input_value_limit(i);
+    if (limit == 0 || inputs[i].memory != MemoryKind::kHost) continue;
+    const int64_t count = dims[i].volume();
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t v = read_int(inputs[i].data, inputs[i].dtype, k);
+      if (v < 0 || v >= limit) {
+        return invalid_argument("input '" + engine_->inputs()[i].name + "' value " + std::to_string(v) + " at index " +
+                                std::to_string(k) + " is outside [0, " + std::to_string(limit) + ")");
+      }
+    }
+  }
+  return {};
+}
+
+Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs,
+                             StreamImpl* caller_stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // 1. Nothing may reconfigure the context while its earlier work runs.
+  GEARBOX_RETURN_IF_ERROR(wait_inflight());
+  // 2. The stream.
+  StreamImpl& stream = caller_stream != nullptr ? *caller_stream : *own_stream_;
+  if (stream.kind() != engine_->device().kind()) {
+    return invalid_argument(std::string("the stream is on the ") + device_kind_name(stream.kind()) +
+                            " device but the engine runs on " + device_kind_name(engine_->device().kind()));
+  }
+  if (outputs.size() != engine_->outputs().size()) {
+    return invalid_argument("the engine has " + std::to_string(engine_->outputs().size()) + " outputs, got " +
+                            std::to_string(outputs.size()));
+  }
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (outputs[o].dtype != engine_->outputs()[o].dtype) {
+      return invalid_argument("output '" + engine_->outputs()[o].name + "' is " +
+                              data_type_name(engine_->outputs()[o].dtype) + ", not " +
+                              data_type_name(outputs[o].dtype));
+    }
+  }
+  // 3. Every input's dims, before anything is switched.
+  std::vector<Dims> dims;
+  GEARBOX_RETURN_IF_ERROR(check_inputs(inputs, dims));
+  // 4. Select.
+  ProfileRequest request = OptimizationProfileGuard::current();
+  if (request.kind() == ProfileRequest::Kind::kUnset) request = default_request_;
+  table_.active = context_->profile();
+  const ProfileSelection sel = select_profile(table_, request, dims);
+  switch (sel.status) {
+    case ProfileSelection::Status::kOk: break;
+    case ProfileSelection::Status::kPinIgnoredSingleProfile:
+      if (engine_->first_pin_ignored()) {
+        GEARBOX_LOG(kWarning, "the engine has a single profile: ignoring the request for %s and running profile 0",
+                    request.to_string().c_str());
+      }
+      break;
+    case ProfileSelection::Status::kRequestedProfileUnavailable: {
+      std::string have;
+      for (int32_t p = 0; p < table_.size(); ++p) have += (p > 0 ? ", " : "") + engine_->describe_profile(p);
+      return not_found("the requested " + request.to_string() + " does not exist; the engine has " +
+                       std::to_string(table_.size()) + " profiles: " + have);
+    }
+    case ProfileSelection::Status::kNoProfileMatchesInputs: {
+      std::string have;
+      for (int32_t p = 0; p < table_.size(); ++p) have += "; " + engine_->describe_profile(p);
+      return out_of_range("no optimization profile accepts inputs " + dims_list(engine_->inputs(), dims) + have);
+    }
+  }
+  // 5. Validate against the chosen profile and the model.
+  GEARBOX_RETURN_IF_ERROR(validate(inputs, dims, sel.profile));
+  // 6. Switch only on a change; from here on work may be in flight.
+  if (sel.profile != context_->profile()) {
+    GEARBOX_RETURN_IF_ERROR(context_->set_optimization_profile_async(sel.profile, stream));
+    table_.active = sel.profile;
+    GEARBOX_RETURN_IF_ERROR(mark_inflight(stream));
+    GEARBOX_LOG(kDebug, "switched to profile %s", engine_->describe_profile(sel.profile).c_str());
+  }
+  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kAfterSwitch));
+  // 7. Shapes, outputs, bindings.
+  const size_t n_in = inputs.size();
+  for (size_t i = 0; i < n_in; ++i) {
+    GEARBOX_RETURN_IF_ERROR(context_->set_input_shape(i, dims[i]));
+    void* address = inputs[i].data;
+    if (inputs[i].memory == MemoryKind::kHost) {
+      address = staging_[i].get();
+      GEARBOX_RETURN_IF_ERROR(engine_->device().copy_from_host(address, inputs[i].data,
+                                                               ir::tensor_bytes(dims[i], inputs[i].dtype), stream));
+    }
+    GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
+  }
+  std::vector<std::pair<void*, int64_t>> host_copies;  // (caller pointer, bytes) per host output
+  host_copies.reserve(outputs.size());
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    Result<Dims> shape = context_->output_shape(o);
+    if (!shape.ok()) return shape.status();
+    Result<void*> target = outputs[o].prepare(*shape);
+    if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
+    void* address = *target;
+    if (outputs[o].memory == MemoryKind::kHost) {
+      host_copies.emplace_back(address, ir::tensor_bytes(*shape, outputs[o].dtype));
+      address = staging_[n_in + o].get();
+    }
+    GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
+  }
+  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
+  // 8. Enqueue.
+  GEARBOX_RETURN_IF_ERROR(context_->enqueue(stream));
+  if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
+  // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
+  if (host_copies.empty()) return mark_inflight(stream);
+  size_t host_index = 0;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    if (outputs[o].memory != MemoryKind::kHost) continue;
+    const auto [dst, bytes] = host_copies[host_index++];
+    Status copied = engine_->device().enqueue_copy(dst, staging_[n_in + o].get(), bytes, stream);
+    if (!copied.ok()) {
+      (void)stream.synchronize();  // the network is in flight: never return with it untracked
+      inflight_pending_ = false;
+      return copied;
+    }
+  }
+  inflight_pending_ = false;
+  return stream.synchronize();
+}
+
+}  // namespace gearbox::internal

@@ -1,0 +1,76 @@
+// The execute path, written once and shared by every front end (gearbox::Session and the
+// ExecuTorch delegate). Private: front ends hold an EngineHandle, applications do not.
+//
+// execute() order (the contract in docs/ARCHITECTURE.md):
+//   1 lock the handle; wait for this handle's in-flight work
+//   2 pick the stream (the caller's, else the handle's own)
+//   3 collect every input's dims (before any switch)
+//   4 select the profile (guard, else the default request)
+//   5 validate the inputs against it (and token ids / positions against the model)
+//   6 switch only when the profile changed; mark in-flight right after the switch
+//   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
+//     through staging buffers)
+//   8 enqueue
+//   9 host outputs: copy back and drain; otherwise record the in-flight event and return
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "gearbox/engine.h"
+#include "runtime/execution_context.h"
+
+namespace gearbox::internal {
+
+/// One output as the execute path sees it: its dtype and memory, and a function that is
+/// given the inferred dims and returns where to write (resizing the caller's tensor).
+struct OutputArg {
+  DataType dtype = DataType::kF32;
+  MemoryKind memory = MemoryKind::kHost;
+  std::function<Result<void*>(const Dims&)> prepare;
+};
+
+/// Test-only failure injection points in execute().
+enum class ExecuteStage { kAfterSwitch, kBeforeEnqueue, kAfterEnqueue };
+
+class EngineHandle {
+ public:
+  static Result<std::unique_ptr<EngineHandle>> create(std::shared_ptr<const EngineCore> engine,
+                                                      ProfileRequest default_request);
+  ~EngineHandle();  // waits for in-flight work before freeing anything
+
+  /// The execute path. `stream` may be null (the handle's own stream).
+  Status execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs, StreamImpl* stream);
+  /// Waits for in-flight work; returns its error.
+  Status synchronize();
+  /// The profile the context is on.
+  int32_t active_profile() const;
+  /// True while work this handle enqueued may still be running (recorded, not waited on).
+  bool inflight_pending() const;
+
+  /// Test hooks: a failure returned at a stage, and the context's switch hook.
+  std::function<Status(ExecuteStage)> fail_at;
+  void set_on_device_switch(std::function<void()> hook) { context_->on_device_switch = std::move(hook); }
+
+ private:
+  EngineHandle() = default;
+  Status wait_inflight();
+  Status mark_inflight(StreamImpl& stream);
+  Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
+  Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+
+  mutable std::mutex mutex_;
+  std::shared_ptr<const EngineCore> engine_;
+  std::unique_ptr<ExecutionContext> context_;
+  std::shared_ptr<StreamImpl> own_stream_;
+  ProfileRequest default_request_;
+  ProfileTable table_;  // the engine's profiles with `active` tracking the context
+  Event inflight_event_;
+  bool inflight_pending_ = false;
+  std::vector<DeviceBuffer> staging_;  // per binding (inputs then outputs), sized for the largest profile
+};
+
+}  // namespace gearbox::internal

@@ -1,0 +1,99 @@
+// gearbox::Engine and gearbox::Session: the public face of EngineCore and EngineHandle.
+#include "format/mapped_file.h"
+#include "gearbox/engine.h"
+#include "ir/shape_inference.h"
+#include "runtime/engine_core.h"
+#include "runtime/engine_handle.h"
+
+namespace gearbox {
+
+Result<Engine> Engine::load_file(const std::string& path, const EngineOptions& options) {
+  Result<format::MappedFile> file = format::MappedFile::open(path);
+  if (!file.ok()) return file.status();
+  Result<std::shared_ptr<internal::EngineCore>> core = internal::EngineCore::load(file->bytes(), options);
+  if (!core.ok()) return core.status().with_context(path);
+  return Engine(std::move(*core));
+}
+
+Result<Engine> Engine::load_buffer(std::span<const uint8_t> bytes, const EngineOptions& options) {
+  Result<std::shared_ptr<internal::EngineCore>> core = internal::EngineCore::load(bytes, options);
+  if (!core.ok()) return core.status();
+  return Engine(std::move(*core));
+}
+
+DeviceKind Engine::device() const noexcept { return core_->device().kind(); }
+const ProfileTable& Engine::profiles() const noexcept { return core_->profiles(); }
+std::span<const BindingInfo> Engine::inputs() const noexcept { return core_->inputs(); }
+std::span<const BindingInfo> Engine::outputs() const noexcept { return core_->outputs(); }
+int64_t Engine::max_context() const noexcept { return core_->network().max_context; }
+int64_t Engine::weight_bytes() const noexcept { return core_->weights().bytes(); }
+
+std::string Engine::metadata(const std::string& key) const {
+  for (const auto& [k, v] : core_->desc().metadata) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
+Result<DeviceMemory> Engine::allocate(int64_t bytes) const {
+  Result<internal::DeviceBuffer> buf = core_->device().allocate(bytes);
+  if (!buf.ok()) return buf.status();
+  internal::DeviceBuffer owned = std::move(*buf);
+  auto deleter = owned.get_deleter();
+  return DeviceMemory(std::shared_ptr<void>(owned.release(), deleter), bytes);
+}
+
+Session::Session(std::unique_ptr<internal::EngineHandle> handle) : handle_(std::move(handle)) {}
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+Result<Session> Session::create(const Engine& engine, const SessionOptions& options) {
+  Result<std::unique_ptr<internal::EngineHandle>> handle =
+      internal::EngineHandle::create(engine.core(), options.default_request);
+  if (!handle.ok()) return handle.status();
+  return Session(std::move(*handle));
+}
+
+Status Session::run(std::span<const TensorView> inputs, std::span<Tensor> outputs, Stream* stream) {
+  std::vector<internal::OutputArg> args;
+  args.reserve(outputs.size());
+  for (Tensor& t : outputs) {
+    internal::OutputArg arg;
+    arg.dtype = t.dtype;
+    arg.memory = MemoryKind::kHost;
+    arg.prepare = [&t](const Dims& dims) -> Result<void*> {
+      t.dims = dims;
+      t.bytes.resize(static_cast<size_t>(ir::tensor_bytes(dims, t.dtype)));
+      return static_cast<void*>(t.bytes.data());
+    };
+    args.push_back(std::move(arg));
+  }
+  return handle_->execute(inputs, args, stream != nullptr ? stream->impl() : nullptr);
+}
+
+Status Session::run(std::span<const TensorView> inputs, std::span<TensorView> outputs, Stream* stream) {
+  std::vector<internal::OutputArg> args;
+  args.reserve(outputs.size());
+  for (TensorView& t : outputs) {
+    internal::OutputArg arg;
+    arg.dtype = t.dtype;
+    arg.memory = t.memory;
+    arg.prepare = [&t](const Dims& dims) -> Result<void*> {
+      const int64_t bytes = ir::tensor_bytes(dims, t.dtype);
+      if (t.data == nullptr || bytes > t.capacity_bytes) {
+        return invalid_argument("needs " + std::to_string(bytes) + " bytes for " + dims.to_string() + ", has " +
+                                std::to_string(t.capacity_bytes));
+      }
+      t.dims = dims;
+      return t.data;
+    };
+    args.push_back(std::move(arg));
+  }
+  return handle_->execute(inputs, args, stream != nullptr ? stream->impl() : nullptr);
+}
+
+int32_t Session::active_profile() const { return handle_->active_profile(); }
+Status Session::synchronize() { return handle_->synchronize(); }
+
+}  // namespace gearbox

@@ -1,0 +1,906 @@
+// The CUDA kernels (devices/cuda/kernels.h, gemm_cublaslt.h) against the CPU kernels
+// (devices/cpu/kernels.h) as the reference, over awkward shapes and every weight dtype.
+//
+// bf16 / f16 weights are compared with the CPU kernel run on the same rounded weights (as
+// f32), so tolerances stay those of f32. Every output buffer is poisoned with NaN before a
+// launch and followed by 64 sentinel floats; NaN / Inf left in an output, a changed
+// sentinel or a set error flag fails, and every failure names the case, the max error and
+// the first mismatch (GEARBOX_TEST_VERBOSE=1 prints the max error of every comparison).
+// Label `gpu`: every test skips where there is no CUDA device.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/half.h"
+#include "devices/cpu/kernels.h"
+#include "devices/cuda/gemm_cublaslt.h"
+#include "devices/cuda/kernels.h"
+
+namespace gearbox {
+namespace {
+
+// ---- device helpers ---------------------------------------------------------------------------
+
+constexpr int64_t kGuard = 64;
+constexpr float kSentinel = -12345.5f;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+/// Throws (gtest reports it as a failure naming the call) when a CUDA call fails.
+void cuda_check(cudaError_t err, const char* call) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(call) + ": " + cudaGetErrorString(err));
+}
+#define CUDA_CHECK(call) cuda_check((call), #call)
+
+bool cuda_device_present() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return count > 0;
+}
+
+/// n elements of T in device memory followed by kGuard guard elements (the float sentinel,
+/// or 0x5a bytes for other types) that no kernel may touch.
+template <typename T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(const std::vector<T>& host) : n_(static_cast<int64_t>(host.size())) {
+    CUDA_CHECK(cudaMalloc(&ptr_, bytes(n_ + kGuard)));
+    std::vector<T> guard(static_cast<size_t>(kGuard), sentinel());
+    CUDA_CHECK(cudaMemcpy(ptr_ + n_, guard.data(), bytes(kGuard), cudaMemcpyHostToDevice));
+    upload(host);
+  }
+  /// An output: n NaN-poisoned elements (or 0xff bytes).
+  static DeviceBuffer poisoned(int64_t n) { return DeviceBuffer(std::vector<T>(static_cast<size_t>(n), poison())); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr_(other.ptr_), n_(other.n_) { other.ptr_ = nullptr; }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(DeviceBuffer&&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) (void)cudaFree(ptr_);
+  }
+
+  T* get() const { return ptr_; }
+  int64_t size() const { return n_; }
+  void upload(const std::vector<T>& host) {
+    if (static_cast<int64_t>(host.size()) != n_) throw std::runtime_error("upload: size mismatch");
+    if (n_ > 0) CUDA_CHECK(cudaMemcpy(ptr_, host.data(), bytes(n_), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(static_cast<size_t>(n_));
+    if (n_ > 0) CUDA_CHECK(cudaMemcpy(host.data(), ptr_, bytes(n_), cudaMemcpyDeviceToHost));
+    return host;
+  }
+  bool guard_intact() const {
+    std::vector<T> guard(static_cast<size_t>(kGuard));
+    CUDA_CHECK(cudaMemcpy(guard.data(), ptr_ + n_, bytes(kGuard), cudaMemcpyDeviceToHost));
+    const T s = sentinel();
+    return std::all_of(guard.begin(), guard.end(), [&](const T& v) { return std::memcmp(&v, &s, sizeof(T)) == 0; });
+  }
+
+ private:
+  static size_t bytes(int64_t n) { return static_cast<size_t>(n) * sizeof(T); }
+  static T pattern(unsigned char byte, float f) {
+    if constexpr (std::is_same_v<T, float>) return f;
+    T v;
+    std::memset(&v, byte, sizeof(T));
+    return v;
+  }
+  static T sentinel() { return pattern(0x5a, kSentinel); }
+  static T poison() { return pattern(0xff, kNaN); }
+
+  T* ptr_ = nullptr;
+  int64_t n_ = 0;
+};
+
+using Floats = DeviceBuffer<float>;
+
+// ---- comparison -----------------------------------------------------------------------------------
+
+struct Tolerance {
+  double atol = 1e-5;
+  double rtol = 1e-4;
+};
+
+/// got[i] within atol + rtol * |want[i]| + slack[i] (slack: per-element allowance for long
+/// f32 reductions, empty = none); NaN / Inf in got fails. Names the case, the max error,
+/// the first mismatch and how many elements failed.
+::testing::AssertionResult close(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+                                 Tolerance tol = {}, const std::vector<double>& slack = {}) {
+  if (got.size() != want.size()) {
+    return ::testing::AssertionFailure() << what << ": " << got.size() << " values, want " << want.size();
+  }
+  size_t bad = 0;
+  size_t first_bad = 0;
+  size_t worst = 0;
+  double max_err = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(static_cast<double>(got[i]) - want[i]);
+    const double bound = tol.atol + tol.rtol * std::abs(want[i]) + (slack.empty() ? 0.0 : slack[i]);
+    if (!std::isfinite(got[i]) || !(err <= bound)) {
+      if (bad++ == 0) first_bad = i;
+    }
+    if (!(err <= max_err)) {  // NaN counts as the largest error
+      max_err = err;
+      worst = i;
+    }
+  }
+  std::ostringstream summary;
+  summary << what << ": max error " << max_err << " at [" << worst << "] (" << got.size() << " values)";
+  // GEARBOX_TEST_VERBOSE=1 prints every comparison, to review the margins.
+  static const bool verbose = std::getenv("GEARBOX_TEST_VERBOSE") != nullptr;
+  if (verbose) std::printf("%s%s\n", bad == 0 ? "[ok] " : "[BAD] ", summary.str().c_str());
+  if (bad == 0) return ::testing::AssertionSuccess() << summary.str();
+  return ::testing::AssertionFailure() << summary.str() << "; " << bad << " out of tolerance, first [" << first_bad
+                                       << "] got " << got[first_bad] << " want " << want[first_bad];
+}
+
+::testing::AssertionResult all_nan(const std::string& what, const std::vector<float>& v, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    if (!std::isnan(v[i])) return ::testing::AssertionFailure() << what << ": [" << i << "] = " << v[i] << ", want NaN";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+/// Allowance for an f32 sum of products in another order: ~2 ulps of sum |x_k w_k| per
+/// element, about 10 standard deviations of the rounding walk of two summation orders.
+constexpr double kReductionSlack = 2.5e-7;
+
+std::vector<double> reduction_slack(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N,
+                                    int64_t K) {
+  std::vector<double> slack(static_cast<size_t>(M * N));
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += std::abs(static_cast<double>(x[m * K + k]) * w[n * K + k]);
+      slack[m * N + n] = kReductionSlack * s + 1e-6;
+    }
+  }
+  return slack;
+}
+
+// ---- data ------------------------------------------------------------------------------------------
+
+std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+constexpr DataType kWeightTypes[] = {DataType::kF32, DataType::kBF16, DataType::kF16};
+
+/// Weights rounded to `type`: the f32 values the CPU reference uses and the device bytes.
+struct Weights {
+  std::vector<float> rounded;
+  std::vector<uint8_t> bytes;
+};
+
+float round_to(DataType type, float v) {
+  if (type == DataType::kBF16) return internal::bf16_to_f32(internal::f32_to_bf16(v));
+  if (type == DataType::kF16) return internal::f16_to_f32(internal::f32_to_f16(v));
+  return v;
+}
+
+/// `lead` extra zero elements come first, so that the weights start at a misaligned address.
+Weights make_weights(DataType type, const std::vector<float>& values, int lead = 0) {
+  Weights w;
+  const size_t elem = data_type_size(type);
+  w.bytes.resize((values.size() + static_cast<size_t>(lead)) * elem);
+  for (size_t i = 0; i < values.size(); ++i) {
+    w.rounded.push_back(round_to(type, values[i]));
+    uint8_t* dst = w.bytes.data() + (i + static_cast<size_t>(lead)) * elem;
+    if (type == DataType::kF32) {
+      std::memcpy(dst, &values[i], 4);
+    } else {
+      const uint16_t h = type == DataType::kBF16 ? internal::f32_to_bf16(values[i]) : internal::f32_to_f16(values[i]);
+      std::memcpy(dst, &h, 2);
+    }
+  }
+  return w;
+}
+
+/// Calls f(W{}) with the CUDA weight type of `type`.
+template <typename F>
+cudaError_t with_weight_type(DataType type, F&& f) {
+  if (type == DataType::kBF16) return f(__nv_bfloat16{});
+  if (type == DataType::kF16) return f(__half{});
+  return f(0.0f);
+}
+
+template <typename W>
+const W* weight_ptr(const DeviceBuffer<uint8_t>& buf, int lead) {
+  return reinterpret_cast<const W*>(buf.get()) + lead;
+}
+
+std::string shape(std::initializer_list<std::pair<const char*, int64_t>> dims) {
+  std::ostringstream s;
+  for (const auto& [name, v] : dims) s << name << "=" << v << " ";
+  return s.str();
+}
+
+/// Token ids or positions as the kernels read them.
+struct Indices {
+  Indices(bool use_i64, const std::vector<int64_t>& values)
+      : i64(use_i64), buf64(values), buf32(std::vector<int32_t>(values.begin(), values.end())) {}
+  const void* get() const { return i64 ? static_cast<const void*>(buf64.get()) : buf32.get(); }
+  bool i64;
+  DeviceBuffer<int64_t> buf64;
+  DeviceBuffer<int32_t> buf32;
+};
+
+std::vector<int64_t> iota(int64_t start, int64_t count) {
+  std::vector<int64_t> v(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) v[static_cast<size_t>(i)] = start + i;
+  return v;
+}
+
+// ---- fixture ----------------------------------------------------------------------------------------
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+    CUDA_CHECK(cudaStreamCreate(&stream_));
+    flag_ = std::make_unique<DeviceBuffer<int>>(std::vector<int>{0});
+  }
+  void TearDown() override {
+    flag_.reset();
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+
+  /// Waits for the stream and fails on an asynchronous error.
+  void sync() { CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  int* flag() { return flag_->get(); }
+  /// The error flag after the stream's work, then cleared.
+  int take_flag() {
+    sync();
+    const int v = flag_->download()[0];
+    flag_->upload({0});
+    return v;
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceBuffer<int>> flag_;
+};
+
+// ---- embedding --------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, EmbeddingMatchesCpuForEveryWeightAndIdType) {
+  const int64_t vocab = 37;
+  for (DataType type : kWeightTypes) {
+    for (bool ids_i64 : {false, true}) {
+      for (int64_t hidden : {1, 7, 64, 1152}) {
+        const std::vector<int64_t> ids = {0, 36, 5, 5, 17};
+        const auto count = static_cast<int64_t>(ids.size());
+        const Weights table = make_weights(type, random_floats(vocab * hidden, 1));
+        DeviceBuffer<uint8_t> d_table(table.bytes);
+        Indices d_ids(ids_i64, ids);
+        Floats out = Floats::poisoned(count * hidden);
+        const float scale = 33.9411f;
+        ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                    using W = decltype(tag);
+                    return cuda::embedding<W>(d_ids.get(), ids_i64, count, weight_ptr<W>(d_table, 0), vocab, hidden,
+                                              scale, out.get(), flag(), stream_);
+                  }));
+        std::vector<float> want(static_cast<size_t>(count * hidden));
+        ASSERT_TRUE(
+            cpu::embedding(ids.data(), DataType::kI64, count, table.rounded.data(), vocab, hidden, scale, want.data())
+                .ok());
+        const std::string what = std::string("embedding ") + data_type_name(type) + " " + shape({{"hidden", hidden}});
+        EXPECT_EQ(take_flag(), 0) << what;
+        EXPECT_TRUE(close(what, out.download(), want, {0, 0})) << "a scaled gather is exact";
+        EXPECT_TRUE(out.guard_intact()) << what;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, EmbeddingOutOfRangeIdWritesNaNAndSetsTheFlag) {
+  const int64_t vocab = 10, hidden = 64;
+  const Weights table = make_weights(DataType::kBF16, random_floats(vocab * hidden, 2));
+  DeviceBuffer<uint8_t> d_table(table.bytes);
+  for (int64_t bad : {int64_t{10}, int64_t{-1}, int64_t{1} << 40}) {
+    Indices ids(true, {3, bad, 4});
+    Floats out = Floats::poisoned(3 * hidden);
+    ASSERT_EQ(cudaSuccess, cuda::embedding<__nv_bfloat16>(ids.get(), true, 3, weight_ptr<__nv_bfloat16>(d_table, 0),
+                                                          vocab, hidden, 1.0f, out.get(), flag(), stream_));
+    EXPECT_EQ(take_flag(), 1) << "id " << bad;
+    const std::vector<float> got = out.download();
+    EXPECT_TRUE(all_nan("bad row", got, hidden, 2 * hidden));
+    EXPECT_EQ(got[0], table.rounded[3 * hidden]) << "the good rows are still written";
+    EXPECT_TRUE(out.guard_intact());
+  }
+}
+
+// ---- RMSNorm ----------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, RmsNormMatchesCpuOnAwkwardShapesAlignedAndNot) {
+  for (DataType type : kWeightTypes) {
+    for (int64_t dim : {1, 7, 13, 64, 80, 256, 513, 1152, 2304}) {
+      for (int64_t rows : {1, 3, 129}) {
+        for (int lead : {0, 1}) {  // lead 1: x, y and w all misaligned -> the scalar path
+          const float offset = lead == 0 ? 1.0f : 0.0f;
+          const std::vector<float> x = random_floats(rows * dim, 3);
+          const Weights w = make_weights(type, random_floats(dim, 4), lead);
+          std::vector<float> x_lead(static_cast<size_t>(lead), 0.0f);
+          x_lead.insert(x_lead.end(), x.begin(), x.end());
+          Floats d_x(x_lead);
+          DeviceBuffer<uint8_t> d_w(w.bytes);
+          Floats y = Floats::poisoned(rows * dim + lead);
+          ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                      using W = decltype(tag);
+                      return cuda::rms_norm<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), y.get() + lead, rows, dim,
+                                               1e-6f, offset, stream_);
+                    }));
+          sync();
+          std::vector<float> want(x.size());
+          cpu::rms_norm(x.data(), w.rounded.data(), want.data(), rows, dim, 1e-6f, offset);
+          std::vector<float> got = y.download();
+          got.erase(got.begin(), got.begin() + lead);
+          const std::string what = std::string("rms_norm ") + data_type_name(type) + " " +
+                                   shape({{"rows", rows}, {"dim", dim}, {"lead", lead}});
+          EXPECT_TRUE(close(what, got, want));
+          EXPECT_TRUE(y.guard_intact()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, RmsNormInPlace) {
+  const int64_t rows = 5, dim = 1152;
+  const std::vector<float> x = random_floats(rows * dim, 5);
+  const std::vector<float> w = random_floats(dim, 6);
+  Floats d_xy(x);
+  Floats d_w(w);
+  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_xy.get(), d_w.get(), d_xy.get(), rows, dim, 1e-6f, 1.0f, stream_));
+  sync();
+  std::vector<float> want(x.size());
+  cpu::rms_norm(x.data(), w.data(), want.data(), rows, dim, 1e-6f, 1.0f);
+  EXPECT_TRUE(close("rms_norm in place", d_xy.download(), want));
+  EXPECT_TRUE(d_xy.guard_intact());
+}
+
+// ---- RoPE ----------------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, RopeMatchesCpuInPlaceAndNot) {
+  for (bool pos_i64 : {false, true}) {
+    for (int64_t heads : {1, 4}) {
+      for (int64_t hd : {2, 8, 80, 256}) {
+        for (int64_t T : {1, 7, 33}) {
+          for (int64_t start : {0, 700}) {
+            for (float theta : {1e4f, 1e6f}) {
+              const std::vector<float> x = random_floats(T * heads * hd, 7);
+              const std::vector<int64_t> pos = iota(start, T);
+              Indices d_pos(pos_i64, pos);
+              Floats d_x(x);
+              Floats y = Floats::poisoned(T * heads * hd);
+              const bool in_place = start == 700;
+              float* out = in_place ? d_x.get() : y.get();
+              ASSERT_EQ(cudaSuccess,
+                        cuda::rope(d_x.get(), d_pos.get(), pos_i64, out, T, heads, hd, theta, 1.0f, flag(), stream_));
+              EXPECT_EQ(take_flag(), 0);
+              std::vector<float> want(x.size());
+              ASSERT_TRUE(cpu::rope(x.data(), pos.data(), DataType::kI64, want.data(), T, heads, hd, theta).ok());
+              // The f32 angle pos * inv_freq may differ by an ulp of inv_freq (powf rounding).
+              std::vector<double> slack(x.size());
+              for (int64_t t = 0; t < T; ++t) {
+                for (int64_t e = 0; e < heads * hd; ++e) {
+                  const int64_t base = t * heads * hd + e / hd * hd;
+                  const int64_t i = e % hd % (hd / 2);
+                  slack[t * heads * hd + e] =
+                      2.5e-7 * static_cast<double>(pos[t]) * (std::abs(x[base + i]) + std::abs(x[base + i + hd / 2]));
+                }
+              }
+              const std::string what = "rope " + shape({{"T", T}, {"heads", heads}, {"hd", hd}, {"start", start}}) +
+                                       "theta=" + std::to_string(theta);
+              EXPECT_TRUE(close(what, in_place ? d_x.download() : y.download(), want, {}, slack));
+              EXPECT_TRUE(d_x.guard_intact() && y.guard_intact()) << what;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, RopePositionScaleScalesThePosition) {
+  // position_scale 0.5 at even positions p rotates exactly as scale 1 at p / 2.
+  const int64_t T = 6, heads = 2, hd = 80;
+  const std::vector<float> x = random_floats(T * heads * hd, 8);
+  const std::vector<int64_t> pos = {0, 2, 10, 64, 700, 4096};
+  std::vector<int64_t> half_pos;
+  for (int64_t p : pos) half_pos.push_back(p / 2);
+  Indices d_pos(false, pos);
+  Floats d_x(x);
+  Floats y = Floats::poisoned(T * heads * hd);
+  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), T, heads, hd, 1e4f, 0.5f, flag(), stream_));
+  EXPECT_EQ(take_flag(), 0);
+  std::vector<float> want(x.size());
+  ASSERT_TRUE(cpu::rope(x.data(), half_pos.data(), DataType::kI64, want.data(), T, heads, hd, 1e4f).ok());
+  EXPECT_TRUE(close("rope position_scale 0.5", y.download(), want, {2e-5, 1e-4}));
+  EXPECT_TRUE(y.guard_intact());
+}
+
+TEST_F(CudaKernels, RopeNegativePositionPoisonsItsRowAndSetsTheFlag) {
+  const int64_t heads = 2, hd = 8;
+  Indices d_pos(false, {3, -1});
+  Floats d_x(random_floats(2 * heads * hd, 9));
+  Floats y = Floats::poisoned(2 * heads * hd);
+  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, hd, 1e4f, 1.0f, flag(), stream_));
+  EXPECT_EQ(take_flag(), 1);
+  const std::vector<float> got = y.download();
+  EXPECT_TRUE(all_nan("negative position row", got, heads * hd, 2 * heads * hd));
+  EXPECT_TRUE(std::isfinite(got[0]));
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, 7, 1e4f, 1.0f, flag(), stream_))
+      << "odd head_dim";
+}
+
+// ---- KV cache write --------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, KvCacheWriteCopiesRowsAndFlagsBadPositions) {
+  const int64_t max_ctx = 50;
+  for (int64_t width : {7, 64, 256}) {
+    for (bool with_bad : {false, true}) {
+      const std::vector<int64_t> pos =
+          with_bad ? std::vector<int64_t>{4, 50, 0, -1, 49} : std::vector<int64_t>{4, 0, 49};
+      const auto T = static_cast<int64_t>(pos.size());
+      const std::vector<float> k = random_floats(T * width, 10), v = random_floats(T * width, 11);
+      const std::vector<float> kc0 = random_floats(max_ctx * width, 12), vc0 = random_floats(max_ctx * width, 13);
+      Floats d_k(k), d_v(v), d_kc(kc0), d_vc(vc0);
+      Indices d_pos(true, pos);
+      ASSERT_EQ(cudaSuccess, cuda::kv_cache_write(d_k.get(), d_v.get(), d_pos.get(), true, T, width, d_kc.get(),
+                                                  d_vc.get(), max_ctx, flag(), stream_));
+      EXPECT_EQ(take_flag(), with_bad ? 1 : 0);
+      std::vector<float> kc = kc0, vc = vc0;  // the rows with valid positions, written
+      for (int64_t t = 0; t < T; ++t) {
+        if (pos[t] < 0 || pos[t] >= max_ctx) continue;
+        std::copy_n(k.begin() + t * width, width, kc.begin() + pos[t] * width);
+        std::copy_n(v.begin() + t * width, width, vc.begin() + pos[t] * width);
+      }
+      const std::string what = "kv_cache_write " + shape({{"width", width}, {"bad", with_bad}});
+      EXPECT_TRUE(close(what + " k", d_kc.download(), kc, {0, 0}));
+      EXPECT_TRUE(close(what + " v", d_vc.download(), vc, {0, 0}));
+      EXPECT_TRUE(d_kc.guard_intact() && d_vc.guard_intact()) << what;
+    }
+  }
+}
+
+// ---- gemv ---------------------------------------------------------------------------------------------
+
+struct LinearShape {
+  int64_t N;
+  int64_t K;
+};
+constexpr LinearShape kGemvShapes[] = {{1, 1},      {7, 13},      {13, 7},    {64, 64},    {130, 130}, {1, 2304},
+                                       {256, 1152}, {1152, 1152}, {2304, 13}, {130, 2304}, {5, 6912}};
+
+/// Runs gemv (or gemv_multi with the weight split into targets) and checks it against
+/// cpu::linear_small_m on the rounded weights.
+void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_t M, LinearShape s, bool bias,
+                int lead) {
+  const std::vector<float> x = random_floats(M * s.K, 20);
+  const Weights w = make_weights(type, random_floats(s.N * s.K, 21), lead);
+  const std::vector<float> b = random_floats(s.N, 22);
+  std::vector<float> x_lead(static_cast<size_t>(lead), 0.0f);
+  x_lead.insert(x_lead.end(), x.begin(), x.end());
+  Floats d_x(x_lead), d_b(b);
+  DeviceBuffer<uint8_t> d_w(w.bytes);
+  Floats y = Floats::poisoned(M * s.N);
+  ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+              using W = decltype(tag);
+              return cuda::gemv<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), bias ? d_b.get() : nullptr, y.get(), M,
+                                   s.N, s.K, stream);
+            }));
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<float> want(static_cast<size_t>(M * s.N));
+  cpu::linear_small_m(x.data(), w.rounded.data(), bias ? b.data() : nullptr, want.data(), M, s.N, s.K);
+  const std::string what = std::string("gemv ") + data_type_name(type) + " " +
+                           shape({{"M", M}, {"N", s.N}, {"K", s.K}, {"bias", bias}, {"lead", lead}});
+  EXPECT_TRUE(close(what, y.download(), want, {}, reduction_slack(x, w.rounded, M, s.N, s.K)));
+  EXPECT_TRUE(y.guard_intact()) << what;
+  (void)fixture;
+}
+
+TEST_F(CudaKernels, GemvMatchesCpuOnAwkwardShapes) {
+  for (DataType type : kWeightTypes) {
+    for (int64_t M : {1, 3, 8}) {
+      for (LinearShape s : kGemvShapes) check_gemv(this, stream_, type, M, s, /*bias=*/M == 3, /*lead=*/0);
+    }
+  }
+}
+
+TEST_F(CudaKernels, GemvEveryRowCountAndTheScalarPath) {
+  for (DataType type : kWeightTypes) {
+    for (int64_t M = 1; M <= 8; ++M) {
+      check_gemv(this, stream_, type, M, {130, 1152}, /*bias=*/true, /*lead=*/0);
+      check_gemv(this, stream_, type, M, {130, 1152}, /*bias=*/false, /*lead=*/1);  // misaligned x and w
+    }
+  }
+}
+
+TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
+  const int64_t K = 1152;
+  for (DataType type : kWeightTypes) {
+    for (int64_t M : {1, 2, 5}) {
+      for (const std::vector<int64_t>& ns :
+           {std::vector<int64_t>{256, 64, 64}, std::vector<int64_t>{6912, 6912}, std::vector<int64_t>{1, 7, 130, 3}}) {
+        const std::vector<float> x = random_floats(M * K, 30);
+        Floats d_x(x);
+        std::vector<Weights> ws;
+        std::vector<DeviceBuffer<uint8_t>> d_ws;
+        std::vector<std::vector<float>> biases;
+        std::vector<Floats> d_bs, ys;
+        for (size_t i = 0; i < ns.size(); ++i) {
+          ws.push_back(make_weights(type, random_floats(ns[i] * K, 31 + static_cast<uint32_t>(i))));
+          d_ws.emplace_back(ws.back().bytes);
+          biases.push_back(random_floats(ns[i], 40 + static_cast<uint32_t>(i)));
+          d_bs.emplace_back(biases.back());
+          ys.push_back(Floats::poisoned(M * ns[i]));
+        }
+        ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                    using W = decltype(tag);
+                    std::vector<cuda::GemvTarget<W>> targets;
+                    for (size_t i = 0; i < ns.size(); ++i) {
+                      // Odd targets without bias: both forms in one launch.
+                      targets.push_back(
+                          {weight_ptr<W>(d_ws[i], 0), i % 2 == 0 ? d_bs[i].get() : nullptr, ys[i].get(), ns[i]});
+                    }
+                    return cuda::gemv_multi<W>(d_x.get(), targets.data(), static_cast<int>(targets.size()), M, K,
+                                               stream_);
+                  }));
+        sync();
+        for (size_t i = 0; i < ns.size(); ++i) {
+          std::vector<float> want(static_cast<size_t>(M * ns[i]));
+          cpu::linear_small_m(x.data(), ws[i].rounded.data(), i % 2 == 0 ? biases[i].data() : nullptr, want.data(), M,
+                              ns[i], K);
+          const std::string what = std::string("gemv_multi ") + data_type_name(type) + " target " + std::to_string(i) +
+                                   " " + shape({{"M", M}, {"N", ns[i]}, {"K", K}});
+          EXPECT_TRUE(close(what, ys[i].download(), want, {}, reduction_slack(x, ws[i].rounded, M, ns[i], K)));
+          EXPECT_TRUE(ys[i].guard_intact()) << what;
+        }
+      }
+    }
+  }
+  Floats dummy = Floats::poisoned(1);
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 9, 1, 1, stream_))
+      << "M above kGemvMaxRows";
+}
+
+// ---- cuBLASLt GEMM ---------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
+  Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  ASSERT_TRUE(gemm.ok()) << gemm.status().to_string();
+  EXPECT_EQ(cuda::CublasLtGemm::version().rfind("cublasLt ", 0), 0u) << cuda::CublasLtGemm::version();
+  const LinearShape shapes[] = {{7, 13}, {64, 64}, {130, 1152}, {1152, 130}, {2304, 1152}, {13, 2304}};
+  for (DataType type : kWeightTypes) {
+    for (int64_t M : {1, 5, 127, 129, 300}) {
+      for (LinearShape s : shapes) {
+        const std::vector<float> x = random_floats(M * s.K, 50);
+        const Weights w = make_weights(type, random_floats(s.N * s.K, 51));
+        const std::vector<float> b = random_floats(s.N, 52);
+        const bool bias = M == 5 || M == 129;
+        Floats d_x(x), d_b(b);
+        DeviceBuffer<uint8_t> d_w(w.bytes);
+        DeviceBuffer<uint8_t> scratch =
+            DeviceBuffer<uint8_t>::poisoned(std::max<int64_t>(1, cuda::CublasLtGemm::scratch_bytes(M, s.K, type)));
+        Floats y = Floats::poisoned(M * s.N);
+        const std::string what = std::string("cublasLt ") + data_type_name(type) + " " +
+                                 shape({{"M", M}, {"N", s.N}, {"K", s.K}, {"bias", bias}});
+        // bf16 / f16: cuBLASLt multiplies x rounded to W, so the reference does too.
+        std::vector<float> xr(x.size());
+        std::transform(x.begin(), x.end(), xr.begin(), [&](float v) { return round_to(type, v); });
+        std::vector<float> want(static_cast<size_t>(M * s.N));
+        std::vector<float> cpu_scratch(static_cast<size_t>(cpu::linear_blocked_scratch_floats(s.K)));
+        cpu::linear_blocked(xr.data(), w.rounded.data(), bias ? b.data() : nullptr, want.data(), M, s.N, s.K,
+                            cpu_scratch.data());
+        // Tensor-core accumulation (and split-K) is not IEEE-ordered f32: 4x the slack there.
+        std::vector<double> slack = reduction_slack(xr, w.rounded, M, s.N, s.K);
+        for (double& v : slack) v *= type == DataType::kF32 ? 1.0 : 4.0;
+
+        std::vector<cublasLtMatmulHeuristicResult_t> algos;
+        const Status hs = (*gemm)->heuristics(M, s.N, s.K, type, 4, &algos);
+        ASSERT_TRUE(hs.ok()) << what << ": " << hs.to_string();
+        EXPECT_TRUE((*gemm)->algo_supports(algos.front().algo, M, s.N, s.K, type)) << what;
+        // The first run picks the algorithm itself; the second is given the last candidate.
+        const cublasLtMatmulAlgo_t* given = &algos.back().algo;
+        for (const cublasLtMatmulAlgo_t* algo : {static_cast<const cublasLtMatmulAlgo_t*>(nullptr), given}) {
+          const Status rs = (*gemm)->run(algo, d_x.get(), d_w.get(), type, bias ? d_b.get() : nullptr, y.get(), M, s.N,
+                                         s.K, scratch.get(), stream_);
+          ASSERT_TRUE(rs.ok()) << what << ": " << rs.to_string();
+          sync();
+          EXPECT_TRUE(close(what + (algo ? " (given algo)" : " (heuristic)"), y.download(), want, {}, slack));
+          EXPECT_TRUE(y.guard_intact() && scratch.guard_intact()) << what;
+        }
+      }
+    }
+  }
+}
+
+// ---- attention --------------------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t heads, kv_heads, head_dim, window;
+};
+constexpr AttentionCase kAttentionCases[] = {{4, 1, 8, 0},    {4, 1, 80, 3},  {4, 1, 256, 512}, {4, 2, 8, 3},
+                                             {4, 2, 80, 512}, {4, 2, 256, 0}, {8, 8, 8, 512},   {8, 8, 80, 0},
+                                             {8, 8, 256, 3},  {4, 1, 256, 0}};
+constexpr int64_t kMaxCtx = 1024;
+
+/// Caches [kMaxCtx, kv_heads * hd] with random rows where some query can look and NaN in
+/// every other row, so that a kernel reading outside [lo, p] produces NaN.
+std::vector<float> make_cache(const AttentionCase& c, const std::vector<int64_t>& pos, uint32_t seed) {
+  const int64_t width = c.kv_heads * c.head_dim;
+  std::vector<float> cache = random_floats(kMaxCtx * width, seed);
+  const int64_t hi = *std::max_element(pos.begin(), pos.end());
+  int64_t lo = hi;
+  for (int64_t p : pos) lo = std::min(lo, c.window > 0 ? std::max<int64_t>(0, p - c.window + 1) : 0);
+  for (int64_t j = 0; j < kMaxCtx; ++j) {
+    if (j < lo || j > hi) std::fill_n(cache.begin() + j * width, width, kNaN);
+  }
+  return cache;
+}
+
+enum class AttentionKernel { kDecode, kPrefill };
+
+/// Runs one attention kernel and returns its output (checking sentinels, partials included).
+std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c, const std::vector<float>& q,
+                                 const Floats& kc, const Floats& vc, const Indices& pos, int64_t T, int max_splits,
+                                 cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  Floats d_q(q);
+  Floats out = Floats::poisoned(T * c.heads * c.head_dim);
+  Floats partials = Floats::poisoned(
+      std::max<int64_t>(1, cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits)));
+  cudaError_t err;
+  if (kernel == AttentionKernel::kDecode) {
+    err = cuda::attention_decode(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
+                                 c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits, stream);
+  } else {
+    err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
+                                  c.head_dim, kMaxCtx, c.window, scale, nullptr, stream);
+  }
+  CUDA_CHECK(err);
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  if (!out.guard_intact() || !partials.guard_intact()) throw std::runtime_error("attention wrote past its outputs");
+  return out.download();
+}
+
+std::vector<float> cpu_attention(const AttentionCase& c, const std::vector<float>& q, const std::vector<float>& kc,
+                                 const std::vector<float>& vc, const std::vector<int64_t>& pos) {
+  cpu::AttentionShape s;
+  s.T = static_cast<int64_t>(pos.size());
+  s.heads = c.heads;
+  s.kv_heads = c.kv_heads;
+  s.head_dim = c.head_dim;
+  s.window = c.window;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  std::vector<float> out(static_cast<size_t>(s.T * c.heads * c.head_dim));
+  std::vector<float> scratch(static_cast<size_t>(cpu::attention_scratch_floats(s, kMaxCtx)));
+  cpu::attention_rowwise(q.data(), kc.data(), vc.data(), pos.data(), DataType::kI64, out.data(), s, scratch.data());
+  return out;
+}
+
+std::string attention_name(const char* kernel, const AttentionCase& c, const std::vector<int64_t>& pos, int splits) {
+  return std::string(kernel) + " " +
+         shape({{"heads", c.heads},
+                {"kv", c.kv_heads},
+                {"hd", c.head_dim},
+                {"window", c.window},
+                {"T", static_cast<int64_t>(pos.size())},
+                {"first_pos", pos.front()},
+                {"max_splits", splits}});
+}
+
+TEST_F(CudaKernels, AttentionDecodeMatchesCpu) {
+  // A fresh sequence (positions from 0) and decode steps after a filled cache (700, 701).
+  const std::vector<std::vector<int64_t>> position_sets = {{0}, {0, 1}, iota(0, 7), {700}, {700, 701}};
+  for (const AttentionCase& c : kAttentionCases) {
+    for (const std::vector<int64_t>& pos : position_sets) {
+      const auto T = static_cast<int64_t>(pos.size());
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 60);
+      const std::vector<float> kc = make_cache(c, pos, 61), vc = make_cache(c, pos, 62);
+      Floats d_kc(kc), d_vc(vc);
+      const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
+      for (bool pos_i64 : {false, true}) {
+        Indices d_pos(pos_i64, pos);
+        for (int max_splits : {1, 16}) {
+          const std::vector<float> got =
+              run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, T, max_splits, stream_);
+          EXPECT_TRUE(close(attention_name("attention_decode", c, pos, max_splits), got, want, {2e-5, 1e-4}));
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
+  const AttentionCase c = {4, 1, 256, 0};
+  const std::vector<int64_t> pos = {700, 701};
+  const std::vector<float> q = random_floats(2 * c.heads * c.head_dim, 70);
+  const std::vector<float> kc = make_cache(c, pos, 71), vc = make_cache(c, pos, 72);
+  Floats d_kc(kc), d_vc(vc);
+  Indices d_pos(true, pos);
+  const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
+  const std::vector<float> one = run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, 1, stream_);
+  EXPECT_TRUE(close("decode, 1 split", one, want, {2e-5, 1e-4}));
+  for (int max_splits : {4, 16, 64, 256}) {
+    const std::vector<float> got =
+        run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, stream_);
+    EXPECT_TRUE(close("decode splits " + std::to_string(max_splits) + " vs 1", got, one, {1e-5, 1e-5}));
+  }
+  EXPECT_EQ(cuda::attention_decode_splits(1024, 0, 16), 16);
+  EXPECT_EQ(cuda::attention_decode_splits(1024, 3, 16), 1) << "a 3-key window needs no split";
+  EXPECT_EQ(cuda::attention_decode_splits(100, 0, 64), 4) << "at least 32 keys per split";
+}
+
+TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
+  for (const AttentionCase& c : kAttentionCases) {
+    for (int64_t T : {1, 2, 7, 33, 129}) {
+      // From 0 (a prompt), and a chunk continuing at 700 (chunked prefill after a filled cache).
+      for (int64_t start : {int64_t{0}, int64_t{700}}) {
+        if (start == 700 && T > 33) continue;
+        const std::vector<int64_t> pos = iota(start, T);
+        const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 80);
+        const std::vector<float> kc = make_cache(c, pos, 81), vc = make_cache(c, pos, 82);
+        Floats d_kc(kc), d_vc(vc);
+        Indices d_pos(T % 2 == 0, pos);
+        const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_);
+        EXPECT_TRUE(
+            close(attention_name("attention_prefill", c, pos, 0), got, cpu_attention(c, q, kc, vc, pos), {2e-5, 1e-4}));
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
+  const AttentionCase c = {4, 2, 80, 0};
+  const std::vector<int64_t> pos = {5, kMaxCtx, 6};  // the middle one is past the cache
+  const std::vector<float> q = random_floats(3 * c.heads * c.head_dim, 90);
+  Floats d_kc(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 91));
+  Floats d_vc(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 92));
+  Indices d_pos(false, pos);
+  const int64_t row = c.heads * c.head_dim;
+  for (AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+    const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, stream_);
+    EXPECT_TRUE(all_nan("row of the bad position", got, row, 2 * row));
+    EXPECT_TRUE(std::all_of(got.begin(), got.begin() + row, [](float v) { return std::isfinite(v); }));
+    EXPECT_TRUE(std::all_of(got.begin() + 2 * row, got.end(), [](float v) { return std::isfinite(v); }));
+  }
+  Floats out = Floats::poisoned(1);
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::attention_decode(out.get(), out.get(), out.get(), d_pos.get(), false, out.get(), 1, 4, 1, 300,
+                                   kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
+      << "head_dim above 256";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::attention_prefill(out.get(), out.get(), out.get(), d_pos.get(), false,
+                                                           out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
+      << "heads not a multiple of kv_heads";
+}
+
+// ---- elementwise -------------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
+  using CpuOp = void (*)(const float*, const float*, float*, int64_t);
+  using CudaOp = cudaError_t (*)(const float*, const float*, float*, int64_t, cudaStream_t);
+  const struct {
+    const char* name;
+    CpuOp cpu;
+    CudaOp gpu;
+  } ops[] = {{"gelu_tanh_mul", cpu::gelu_tanh_mul, cuda::gelu_tanh_mul},
+             {"silu_mul", cpu::silu_mul, cuda::silu_mul},
+             {"add", cpu::add, cuda::add}};
+  for (const auto& op : ops) {
+    for (int64_t n : {1, 3, 4, 5, 1000, 4099, 6912}) {
+      for (int lead : {0, 1, 2}) {
+        const std::vector<float> a = random_floats(n + lead, 100, -6.0f, 6.0f), b = random_floats(n + lead, 101);
+        Floats d_a(a), d_b(b);
+        Floats out = Floats::poisoned(n + lead);
+        ASSERT_EQ(cudaSuccess, op.gpu(d_a.get() + lead, d_b.get() + lead, out.get() + lead, n, stream_));
+        sync();
+        std::vector<float> want(static_cast<size_t>(n));
+        op.cpu(a.data() + lead, b.data() + lead, want.data(), n);
+        std::vector<float> got = out.download();
+        got.erase(got.begin(), got.begin() + lead);
+        const std::string what = std::string(op.name) + " " + shape({{"n", n}, {"lead", lead}});
+        EXPECT_TRUE(close(what, got, want));
+        EXPECT_TRUE(out.guard_intact()) << what;
+      }
+    }
+  }
+  // add in place (out aliases a).
+  const std::vector<float> a = random_floats(1001, 102), b = random_floats(1001, 103);
+  Floats d_a(a), d_b(b);
+  ASSERT_EQ(cudaSuccess, cuda::add(d_a.get(), d_b.get(), d_a.get(), 1001, stream_));
+  sync();
+  std::vector<float> want(a.size());
+  cpu::add(a.data(), b.data(), want.data(), 1001);
+  EXPECT_TRUE(close("add in place", d_a.download(), want, {0, 0}));
+}
+
+TEST_F(CudaKernels, TakeLastAndBiasRows) {
+  for (int64_t batch : {1, 2}) {
+    for (int64_t T : {1, 5}) {
+      for (int64_t F : {7, 64}) {
+        const std::vector<float> x = random_floats(batch * T * F, 110);
+        Floats d_x(x);
+        Floats y = Floats::poisoned(batch * F);
+        ASSERT_EQ(cudaSuccess, cuda::take_last(d_x.get(), y.get(), batch, T, F, stream_));
+        sync();
+        std::vector<float> want;
+        for (int64_t b = 0; b < batch; ++b) {
+          want.insert(want.end(), x.begin() + (b * T + T - 1) * F, x.begin() + (b * T + T) * F);
+        }
+        const std::string what = "take_last " + shape({{"batch", batch}, {"T", T}, {"F", F}});
+        EXPECT_TRUE(close(what, y.download(), want, {0, 0}));
+        EXPECT_TRUE(y.guard_intact()) << what;
+      }
+    }
+  }
+  const std::vector<float> y0 = random_floats(3 * 13, 111), bias = random_floats(13, 112);
+  Floats d_y(y0), d_bias(bias);
+  ASSERT_EQ(cudaSuccess, cuda::add_bias_rows(d_y.get(), d_bias.get(), 3, 13, stream_));
+  sync();
+  std::vector<float> want = y0;
+  for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % 13];
+  EXPECT_TRUE(close("add_bias_rows", d_y.download(), want, {0, 0}));
+  EXPECT_TRUE(d_y.guard_intact());
+}
+
+TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
+  for (int64_t n : {1, 5, 4096, 4099}) {
+    for (int lead : {0, 1}) {
+      std::vector<float> x = random_floats(n + lead, 120, -70000.0f, 70000.0f);
+      x[static_cast<size_t>(lead)] = 1.00390625f;  // a bf16 tie: rounds to even (1.0)
+      Floats d_x(x);
+      DeviceBuffer<uint16_t> bf = DeviceBuffer<uint16_t>::poisoned(n + lead),
+                             hf = DeviceBuffer<uint16_t>::poisoned(n + lead);
+      Floats f = Floats::poisoned(n);
+      ASSERT_EQ(cudaSuccess, cuda::convert_f32_to<__nv_bfloat16>(
+                                 d_x.get() + lead, reinterpret_cast<__nv_bfloat16*>(bf.get()) + lead, n, stream_));
+      ASSERT_EQ(cudaSuccess,
+                cuda::convert_f32_to<__half>(d_x.get() + lead, reinterpret_cast<__half*>(hf.get()) + lead, n, stream_));
+      ASSERT_EQ(cudaSuccess, cuda::convert_f32_to<float>(d_x.get() + lead, f.get(), n, stream_));
+      sync();
+      const std::vector<uint16_t> got_bf = bf.download(), got_hf = hf.download();
+      size_t mismatches = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float v = x[static_cast<size_t>(i + lead)];
+        const auto at = static_cast<size_t>(i + lead);
+        if (got_bf[at] != internal::f32_to_bf16(v) || got_hf[at] != internal::f32_to_f16(v)) {
+          if (mismatches++ == 0) {
+            ADD_FAILURE() << "convert n=" << n << " lead=" << lead << ": first mismatch [" << i << "] " << v
+                          << " -> bf16 " << got_bf[at] << " (host " << internal::f32_to_bf16(v) << "), f16 "
+                          << got_hf[at] << " (host " << internal::f32_to_f16(v) << ")";
+          }
+        }
+      }
+      EXPECT_EQ(mismatches, 0u);
+      EXPECT_TRUE(close("convert f32", f.download(), std::vector<float>(x.begin() + lead, x.end()), {0, 0}));
+      EXPECT_TRUE(bf.guard_intact() && hf.guard_intact() && f.guard_intact());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gearbox

@@ -1,0 +1,792 @@
+// The engine file: a hand-built one-layer decoder round-trips field by field (in memory and
+// through a file); every kind of damage the reader knows gets its own kDataLoss message;
+// truncation at every length and every single-byte patch of the metadata fail cleanly; and
+// validate_network rejects each rule's violation with a message naming it.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <limits>
+#include <string>
+#include <vector>
+
+#define XXH_INLINE_ALL  // the test recomputes checksums without linking libxxhash itself
+#include <xxhash.h>
+
+#include "format/engine_file.h"
+#include "ir/network.h"
+#include "ir/validate.h"
+
+namespace gearbox::format {
+namespace {
+
+using ir::OpKind;
+using Bytes = std::vector<uint8_t>;
+
+// ---- the fixture: a one-layer decoder -------------------------------------------------------
+
+struct Engine {
+  EngineDesc desc;
+  Bytes payload;
+};
+
+int32_t add_tensor(ir::Network& n, const std::string& name, DataType t = DataType::kF32) {
+  n.tensors.push_back({name, t});
+  return static_cast<int32_t>(n.tensors.size() - 1);
+}
+
+int32_t add_weight(ir::Network& n, Bytes& payload, const std::string& name, Dims dims, DataType t = DataType::kF32) {
+  ir::WeightInfo w{name, t, dims, payload.size(), static_cast<uint64_t>(dims.volume()) * data_type_size(t)};
+  for (uint64_t i = 0; i < w.bytes; ++i) payload.push_back(static_cast<uint8_t>(payload.size() * 31 + 7));
+  while (payload.size() % 64 != 0) payload.push_back(0);
+  n.weights.push_back(w);
+  return static_cast<int32_t>(n.weights.size() - 1);
+}
+
+void add_node(ir::Network& n, OpKind kind, const std::string& name, std::vector<int32_t> in, std::vector<int32_t> out,
+              std::vector<int32_t> w, ir::OpAttrs attrs = {}) {
+  n.nodes.push_back({kind, name, std::move(in), std::move(out), std::move(w), attrs});
+}
+
+// vocab 16, hidden 8, 2 query heads and 1 kv head of 4, ffn 12, context 32.
+Engine tiny_decoder() {
+  Engine e;
+  ir::Network& n = e.desc.network;
+  const int32_t tokens = add_tensor(n, "tokens", DataType::kI32);
+  const int32_t pos = add_tensor(n, "positions", DataType::kI64);
+  const int32_t embed = add_weight(n, e.payload, "embed.weight", {16, 8}, DataType::kBF16);
+  const int32_t attn_norm = add_weight(n, e.payload, "layers.0.attn_norm.weight", {8});
+  const int32_t wq = add_weight(n, e.payload, "layers.0.q.weight", {8, 8});
+  const int32_t wk = add_weight(n, e.payload, "layers.0.k.weight", {4, 8});
+  const int32_t wv = add_weight(n, e.payload, "layers.0.v.weight", {4, 8});
+  const int32_t wo = add_weight(n, e.payload, "layers.0.o.weight", {8, 8}, DataType::kF16);
+  const int32_t bo = add_weight(n, e.payload, "layers.0.o.bias", {8});
+  const int32_t ffn_norm = add_weight(n, e.payload, "layers.0.ffn_norm.weight", {8});
+  const int32_t gate = add_weight(n, e.payload, "layers.0.gate.weight", {12, 8});
+  const int32_t up = add_weight(n, e.payload, "layers.0.up.weight", {12, 8});
+  const int32_t down = add_weight(n, e.payload, "layers.0.down.weight", {8, 12});
+  const int32_t final_norm = add_weight(n, e.payload, "final_norm.weight", {8});
+  n.inputs = {{tokens, Dims{1, -1}, {"batch", "seq"}}, {pos, Dims{1, -1}, {}}};
+  n.states = {{"layers.0.kv", DataType::kBF16, 32, 4}};
+  n.max_context = 32;
+
+  const auto t = [&](const char* name) { return add_tensor(n, name); };
+  const int32_t x = t("x"), xn = t("xn"), q = t("q"), k = t("k"), v = t("v"), qr = t("q_rope"), kr = t("k_rope");
+  const int32_t attn = t("attn"), o = t("attn_out"), h = t("h"), hn = t("hn"), g = t("gate"), u = t("up");
+  const int32_t act = t("act"), d = t("down"), h2 = t("h2"), last = t("last"), lastn = t("last_norm");
+  const int32_t logits = t("logits");
+  ir::OpAttrs norm;
+  norm.eps = 1e-6f;
+  norm.weight_offset = 1.0f;
+  ir::OpAttrs rope_q;
+  rope_q.heads = 2;
+  rope_q.head_dim = 4;
+  rope_q.theta = 10000.0f;
+  ir::OpAttrs rope_k = rope_q;
+  rope_k.heads = 1;
+  ir::OpAttrs att;
+  att.heads = 2;
+  att.kv_heads = 1;
+  att.head_dim = 4;
+  att.window = 16;
+  att.state = 0;
+  att.scale = 0.5f;
+  ir::OpAttrs bias;
+  bias.has_bias = 1;
+  ir::OpAttrs embed_scale;
+  embed_scale.scale = 2.828427f;
+
+  add_node(n, OpKind::kEmbedding, "embed", {tokens}, {x}, {embed}, embed_scale);
+  add_node(n, OpKind::kRmsNorm, "layers.0.attn_norm", {x}, {xn}, {attn_norm}, norm);
+  add_node(n, OpKind::kLinear, "layers.0.qkv", {xn}, {q, k, v}, {wq, wk, wv});
+  add_node(n, OpKind::kRope, "layers.0.rope_q", {q, pos}, {qr}, {}, rope_q);
+  add_node(n, OpKind::kRope, "layers.0.rope_k", {k, pos}, {kr}, {}, rope_k);
+  add_node(n, OpKind::kAttention, "layers.0.attn", {qr, kr, v, pos}, {attn}, {}, att);
+  add_node(n, OpKind::kLinear, "layers.0.o", {attn}, {o}, {wo, bo}, bias);
+  add_node(n, OpKind::kAdd, "layers.0.add1", {x, o}, {h}, {});
+  add_node(n, OpKind::kRmsNorm, "layers.0.ffn_norm", {h}, {hn}, {ffn_norm}, norm);
+  add_node(n, OpKind::kLinear, "layers.0.gate_up", {hn}, {g, u}, {gate, up});
+  add_node(n, OpKind::kGeluTanhMul, "layers.0.act", {g, u}, {act}, {});
+  add_node(n, OpKind::kLinear, "layers.0.down", {act}, {d}, {down});
+  add_node(n, OpKind::kAdd, "layers.0.add2", {h, d}, {h2}, {});
+  add_node(n, OpKind::kTakeLast, "take_last", {h2}, {last}, {});
+  add_node(n, OpKind::kRmsNorm, "final_norm", {last}, {lastn}, {final_norm}, norm);
+  add_node(n, OpKind::kLinear, "lm_head", {lastn}, {logits}, {embed});  // tied to the embedding
+  n.outputs = {logits};
+
+  const auto bounds = [](int64_t lo, int64_t opt, int64_t hi) {
+    return InputProfileBounds{Dims{1, lo}, Dims{1, opt}, Dims{1, hi}};
+  };
+  e.desc.profiles = {{"decode", {bounds(1, 1, 1), bounds(1, 1, 1)}},
+                     {"prefill", {bounds(1, 16, 32), bounds(1, 16, 32)}}};
+  TacticTable table;
+  table.device = DeviceKind::kCpu;
+  table.device_name = "test-cpu";
+  table.library_versions = "gearbox-cpu-tactics v1";
+  for (uint32_t p = 0; p < 2; ++p) {
+    ProfileTactics pt;
+    for (uint32_t i = 0; i < n.nodes.size(); ++i) {
+      pt.tactic_per_node.push_back((i + p) % 3);
+      pt.time_us_per_node.push_back(0.25f * static_cast<float>(i + 1) + static_cast<float>(p));
+    }
+    pt.arena_bytes = 4096u << p;
+    table.profiles.push_back(pt);
+  }
+  e.desc.tactic_tables = {table};
+  e.desc.metadata = {{"model.aaaa", "tiny"}, {"model.bbbb", "2"}};
+  e.desc.producer = "gearbox 0.1.0 (engine_file_test)";
+  return e;
+}
+
+Bytes serialize(const Engine& e) {
+  Result<Bytes> bytes = serialize_engine(e.desc, e.payload);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
+  return bytes.ok() ? *bytes : Bytes{};
+}
+
+// ---- byte-level helpers ----------------------------------------------------------------------
+
+uint64_t get_u64(const Bytes& b, size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, b.data() + at, sizeof v);
+  return v;
+}
+template <typename T>
+void put(Bytes& b, size_t at, T v) {
+  std::memcpy(b.data() + at, &v, sizeof v);
+}
+// Recomputes the metadata checksum, so a patch reaches the decoder.
+void reseal(Bytes& b) { put(b, 48, XXH3_64bits(b.data() + get_u64(b, 16), get_u64(b, 24))); }
+// Where the bytes of the length-prefixed string `s` start (its first occurrence).
+size_t find_string(const Bytes& b, const std::string& s) {
+  Bytes needle(4);
+  put(needle, 0, static_cast<uint32_t>(s.size()));
+  needle.insert(needle.end(), s.begin(), s.end());
+  const auto it = std::search(b.begin(), b.end(), needle.begin(), needle.end());
+  EXPECT_NE(it, b.end()) << s;
+  return static_cast<size_t>(it - b.begin()) + 4;
+}
+// Where the body of metadata section `id` starts (after its id and length).
+size_t section_body(const Bytes& b, uint32_t id) {
+  size_t at = get_u64(b, 16);
+  for (uint32_t i = 1; i < id; ++i) at += 12 + get_u64(b, at + 4);
+  return at + 12;
+}
+
+// Appends `n` bytes to the metadata, taken from the padding before the payload (so the
+// payload does not move), optionally inside the last section, and reseals.
+void grow_metadata(Bytes& b, size_t n, bool grow_last_section) {
+  const size_t end = get_u64(b, 16) + get_u64(b, 24);
+  ASSERT_GE(get_u64(b, 32) - end, n) << "the fixture needs padding to grow into";
+  if (grow_last_section) {
+    const size_t last = section_body(b, 5) - 12;
+    put<uint64_t>(b, last + 4, get_u64(b, last + 4) + n);
+  }
+  put<uint64_t>(b, 24, get_u64(b, 24) + n);
+  std::fill_n(b.begin() + static_cast<std::ptrdiff_t>(end), n, uint8_t{0x5A});
+  reseal(b);
+}
+
+Status parse(const Bytes& b) { return parse_engine(b).status(); }
+
+// ---- round trip ------------------------------------------------------------------------------
+
+void expect_same(const EngineDesc& a, const EngineDesc& b) {
+  const ir::Network& x = a.network;
+  const ir::Network& y = b.network;
+  ASSERT_EQ(x.tensors.size(), y.tensors.size());
+  for (size_t i = 0; i < x.tensors.size(); ++i) {
+    EXPECT_EQ(x.tensors[i].name, y.tensors[i].name);
+    EXPECT_EQ(x.tensors[i].dtype, y.tensors[i].dtype);
+  }
+  ASSERT_EQ(x.weights.size(), y.weights.size());
+  for (size_t i = 0; i < x.weights.size(); ++i) {
+    EXPECT_EQ(x.weights[i].name, y.weights[i].name);
+    EXPECT_EQ(x.weights[i].dtype, y.weights[i].dtype);
+    EXPECT_EQ(x.weights[i].dims, y.weights[i].dims);
+    EXPECT_EQ(x.weights[i].offset, y.weights[i].offset);
+    EXPECT_EQ(x.weights[i].bytes, y.weights[i].bytes);
+  }
+  ASSERT_EQ(x.inputs.size(), y.inputs.size());
+  for (size_t i = 0; i < x.inputs.size(); ++i) {
+    EXPECT_EQ(x.inputs[i].tensor, y.inputs[i].tensor);
+    EXPECT_EQ(x.inputs[i].dims, y.inputs[i].dims);
+    EXPECT_EQ(x.inputs[i].dim_names, y.inputs[i].dim_names);
+  }
+  EXPECT_EQ(x.outputs, y.outputs);
+  ASSERT_EQ(x.states.size(), y.states.size());
+  for (size_t i = 0; i < x.states.size(); ++i) {
+    EXPECT_EQ(x.states[i].name, y.states[i].name);
+    EXPECT_EQ(x.states[i].dtype, y.states[i].dtype);
+    EXPECT_EQ(x.states[i].rows, y.states[i].rows);
+    EXPECT_EQ(x.states[i].width, y.states[i].width);
+  }
+  ASSERT_EQ(x.nodes.size(), y.nodes.size());
+  for (size_t i = 0; i < x.nodes.size(); ++i) {
+    EXPECT_EQ(x.nodes[i].kind, y.nodes[i].kind);
+    EXPECT_EQ(x.nodes[i].name, y.nodes[i].name);
+    EXPECT_EQ(x.nodes[i].inputs, y.nodes[i].inputs);
+    EXPECT_EQ(x.nodes[i].outputs, y.nodes[i].outputs);
+    EXPECT_EQ(x.nodes[i].weights, y.nodes[i].weights);
+    EXPECT_TRUE(x.nodes[i].attrs == y.nodes[i].attrs) << "node " << i;
+  }
+  EXPECT_EQ(x.max_context, y.max_context);
+  ASSERT_EQ(a.profiles.size(), b.profiles.size());
+  for (size_t p = 0; p < a.profiles.size(); ++p) {
+    EXPECT_EQ(a.profiles[p].name, b.profiles[p].name);
+    ASSERT_EQ(a.profiles[p].bounds.size(), b.profiles[p].bounds.size());
+    for (size_t i = 0; i < a.profiles[p].bounds.size(); ++i) {
+      EXPECT_EQ(a.profiles[p].bounds[i].min, b.profiles[p].bounds[i].min);
+      EXPECT_EQ(a.profiles[p].bounds[i].opt, b.profiles[p].bounds[i].opt);
+      EXPECT_EQ(a.profiles[p].bounds[i].max, b.profiles[p].bounds[i].max);
+    }
+  }
+  ASSERT_EQ(a.tactic_tables.size(), b.tactic_tables.size());
+  for (size_t t = 0; t < a.tactic_tables.size(); ++t) {
+    const TacticTable& ta = a.tactic_tables[t];
+    const TacticTable& tb = b.tactic_tables[t];
+    EXPECT_EQ(ta.device, tb.device);
+    EXPECT_EQ(ta.device_name, tb.device_name);
+    EXPECT_EQ(ta.library_versions, tb.library_versions);
+    ASSERT_EQ(ta.profiles.size(), tb.profiles.size());
+    for (size_t p = 0; p < ta.profiles.size(); ++p) {
+      EXPECT_EQ(ta.profiles[p].tactic_per_node, tb.profiles[p].tactic_per_node);
+      EXPECT_EQ(ta.profiles[p].time_us_per_node, tb.profiles[p].time_us_per_node);
+      EXPECT_EQ(ta.profiles[p].arena_bytes, tb.profiles[p].arena_bytes);
+    }
+  }
+  EXPECT_EQ(a.metadata, b.metadata);
+  EXPECT_EQ(a.producer, b.producer);
+}
+
+TEST(EngineFile, TheFixtureIsValid) {
+  const Engine e = tiny_decoder();
+  const Status s = ir::validate_network(e.desc.network, e.payload.size());
+  EXPECT_TRUE(s.ok()) << s.to_string();
+}
+
+TEST(EngineFile, RoundTripsEveryField) {
+  const Engine e = tiny_decoder();
+  const Bytes bytes = serialize(e);
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(std::memcmp(bytes.data(), kMagic, sizeof kMagic), 0);
+  Result<ParsedEngine> parsed = parse_engine(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(e.desc, parsed->desc);
+  ASSERT_EQ(parsed->payload.size(), e.payload.size());
+  EXPECT_TRUE(std::equal(e.payload.begin(), e.payload.end(), parsed->payload.begin()));
+  // A view into the input, 64-byte aligned relative to its start.
+  const auto offset = static_cast<size_t>(parsed->payload.data() - bytes.data());
+  EXPECT_EQ(offset % kPayloadAlignment, 0u);
+  EXPECT_EQ(offset, get_u64(bytes, 32));
+  EXPECT_EQ(offset + e.payload.size(), bytes.size());
+}
+
+TEST(EngineFile, SerializingIsDeterministic) { EXPECT_EQ(serialize(tiny_decoder()), serialize(tiny_decoder())); }
+
+TEST(EngineFile, SerializeRefusesAnInvalidNetwork) {
+  Engine e = tiny_decoder();
+  e.desc.network.nodes[0].weights.clear();
+  const Result<Bytes> bytes = serialize_engine(e.desc, e.payload);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bytes.status().message().find("node 0 'embed' (embedding): needs 1 weight"), std::string::npos)
+      << bytes.status().message();
+}
+
+// No weights, no states: the payload is empty and starts (and ends) at the end of the file.
+TEST(EngineFile, AnEngineWithoutWeightsRoundTrips) {
+  EngineDesc desc;
+  ir::Network& n = desc.network;
+  n.tensors = {{"a", DataType::kF32}, {"b", DataType::kF32}, {"c", DataType::kF32}};
+  n.inputs = {{0, Dims{-1, 4}, {"rows", "features"}}, {1, Dims{-1, 4}, {}}};
+  n.nodes = {{OpKind::kSiluMul, "act", {0, 1}, {2}, {}, {}}};
+  n.outputs = {2};
+  desc.profiles = {{"any", {{Dims{1, 4}, Dims{8, 4}, Dims{64, 4}}, {Dims{1, 4}, Dims{8, 4}, Dims{64, 4}}}}};
+  const Result<Bytes> bytes = serialize_engine(desc, {});
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  EXPECT_EQ(bytes->size() % kPayloadAlignment, 0u);
+  EXPECT_EQ(get_u64(*bytes, 32), bytes->size());
+  Result<ParsedEngine> parsed = parse_engine(*bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(desc, parsed->desc);
+  EXPECT_TRUE(parsed->payload.empty());
+}
+
+TEST(EngineFile, WritesAndReadsAFile) {
+  const Engine e = tiny_decoder();
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / ("engine_file_test." + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "tiny.gbx").string();
+  const Status written = write_engine_file(path, e.desc, e.payload);
+  ASSERT_TRUE(written.ok()) << written.to_string();
+  std::ifstream in(path, std::ios::binary);
+  const Bytes bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes, serialize(e));
+  Result<ParsedEngine> parsed = parse_engine(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(e.desc, parsed->desc);
+  // Only the engine is left behind, no temporary file.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+
+  const Status missing = write_engine_file((dir / "no/such/dir/x.gbx").string(), e.desc, e.payload);
+  EXPECT_EQ(missing.code(), StatusCode::kNotFound) << missing.to_string();
+  EXPECT_NE(missing.message().find("does not exist"), std::string::npos) << missing.message();
+
+  std::filesystem::create_directories(dir / "a_directory");
+  const Status onto_dir = write_engine_file((dir / "a_directory").string(), e.desc, e.payload);
+  EXPECT_EQ(onto_dir.code(), StatusCode::kDeviceError) << onto_dir.to_string();
+  EXPECT_NE(onto_dir.message().find("a_directory"), std::string::npos) << onto_dir.message();
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 2);
+
+  EngineDesc bad_desc = e.desc;
+  bad_desc.network.max_context = 0;
+  EXPECT_EQ(write_engine_file(path, bad_desc, e.payload).code(), StatusCode::kInvalidArgument);
+  std::filesystem::remove_all(dir);
+}
+
+// ---- damaged files ----------------------------------------------------------------------------
+
+struct Damage {
+  const char* name;
+  std::function<void(Bytes&)> apply;
+  std::string expected;  // a substring of the message
+};
+
+TEST(EngineFile, EachKindOfDamageHasItsOwnMessage) {
+  const Bytes good = serialize(tiny_decoder());
+  ASSERT_FALSE(good.empty());
+  const size_t meta = get_u64(good, 16);
+  const size_t payload = get_u64(good, 32);
+  ASSERT_GT(payload, meta + get_u64(good, 24)) << "the fixture needs padding before the payload";
+  const size_t nodes = tiny_decoder().desc.network.nodes.size();
+  const std::vector<Damage> cases = {
+      {"bad magic", [](Bytes& b) { b[0] = 'X'; }, "not a gearbox engine file (bad magic)"},
+      {"newer version", [](Bytes& b) { put<uint32_t>(b, 8, 7); },
+       "engine format version 7 is newer than this gearbox supports (1); rebuild the engine or upgrade gearbox"},
+      {"version 0", [](Bytes& b) { put<uint32_t>(b, 8, 0); }, "version 0 is invalid"},
+      {"small header", [](Bytes& b) { put<uint32_t>(b, 12, 12); },
+       "header_bytes 12 is smaller than the version-1 header (64)"},
+      {"metadata flip", [&](Bytes& b) { b[meta + 20] ^= 0x40; }, "metadata checksum mismatch"},
+      {"payload flip", [&](Bytes& b) { b[payload + 3] ^= 1; }, "payload checksum mismatch"},
+      {"checksum field flip", [](Bytes& b) { b[60] ^= 1; }, "payload checksum mismatch"},
+      {"misaligned payload", [](Bytes& b) { put<uint64_t>(b, 32, get_u64(b, 32) + 8); }, "not 64-byte aligned"},
+      {"payload offset moved", [](Bytes& b) { put<uint64_t>(b, 32, get_u64(b, 32) + 64); },
+       "is out of range: the metadata ends at byte"},
+      {"metadata offset past the end", [&](Bytes& b) { put<uint64_t>(b, 16, b.size() + 100); }, "metadata offset"},
+      {"metadata size huge", [](Bytes& b) { put<uint64_t>(b, 24, ~uint64_t{0} - 8); }, "metadata size"},
+      {"payload size huge", [](Bytes& b) { put<uint64_t>(b, 40, ~uint64_t{0}); }, "payload size"},
+      {"payload size too big", [](Bytes& b) { put<uint64_t>(b, 40, get_u64(b, 40) + 64); },
+       "truncated: the header says the payload ends at byte"},
+      {"trailing bytes", [](Bytes& b) { b.insert(b.end(), 5, 0); }, "5 unexpected bytes after the payload"},
+      {"nonzero padding", [&](Bytes& b) { b[payload - 1] = 1; },
+       "non-zero padding at byte " + std::to_string(payload - 1)},
+      {"huge tensor count",
+       [&](Bytes& b) {
+         put<uint32_t>(b, meta + 12, 0xFFFFFFF0u);
+         reseal(b);
+       },
+       "'tensor' at byte 76 is 4294967280, but only"},
+      {"wrong section id",
+       [&](Bytes& b) {
+         put<uint32_t>(b, meta, 9);
+         reseal(b);
+       },
+       "network section: expected section id 1, found 9"},
+      {"section longer than the metadata",
+       [&](Bytes& b) {
+         put<uint64_t>(b, meta + 4, 1u << 30);
+         reseal(b);
+       },
+       "'section body' at byte 76 needs 1073741824 bytes"},
+      {"unknown dtype",
+       [](Bytes& b) {
+         b[find_string(b, "tokens") + 6] = 99;
+         reseal(b);
+       },
+       "'dtype' at byte"},
+      {"unknown op kind",
+       [](Bytes& b) {
+         put<uint32_t>(b, find_string(b, "layers.0.add1") - 8, 42);
+         reseal(b);
+       },
+       "node 7: 'op kind' at byte"},
+      {"unknown device kind",
+       [](Bytes& b) {
+         put<uint32_t>(b, section_body(b, 3) + 4, 5);
+         reseal(b);
+       },
+       "is 5, not a known device kind"},
+      {"string too long",
+       [](Bytes& b) {
+         put<uint32_t>(b, find_string(b, "x") - 4, 1u << 20);
+         reseal(b);
+       },
+       "more than the limit of 65536"},
+      {"bytes left at the end of a section", [](Bytes& b) { grow_metadata(b, 3, /*grow_last_section=*/true); },
+       "engine metadata is malformed: producer section: 3 unexpected bytes at its end"},
+      {"bytes after the last section", [](Bytes& b) { grow_metadata(b, 3, /*grow_last_section=*/false); },
+       "engine metadata is malformed: 3 unexpected bytes after the last section"},
+      {"weight misaligned (validate_network)",
+       [](Bytes& b) {
+         const size_t name = find_string(b, "final_norm.weight");
+         const size_t offset_at = name + 17 + 1 + 4 + 8;
+         put<uint64_t>(b, offset_at, get_u64(b, offset_at) + 1);
+         reseal(b);
+       },
+       "engine metadata: weight 11 'final_norm.weight': offset"},
+      {"profile opt above max",
+       [](Bytes& b) {
+         const size_t max_at = find_string(b, "prefill") + 7 + 4 + 40;  // name, count, min, opt
+         put<int64_t>(b, max_at + 12, 8);
+         reseal(b);
+       },
+       "engine metadata: profile 1 'prefill', input 0, dim 1: needs 1 <= min <= opt <= max, has 1 / 16 / 8"},
+      {"profile widens a static extent",
+       [](Bytes& b) {
+         const size_t max_at = find_string(b, "prefill") + 7 + 4 + 40;  // name, count, min, opt
+         put<int64_t>(b, max_at + 4, 2);
+         reseal(b);
+       },
+       "input 0, dim 0: the input's extent is fixed at 1 but the profile allows [1, 2]"},
+      {"NaN tactic time",
+       [&](Bytes& b) {
+         const size_t first_time = find_string(b, "gearbox-cpu-tactics v1") + 22 + 4 + 4 + 4 * nodes + 4;
+         put<float>(b, first_time, std::numeric_limits<float>::quiet_NaN());
+         reseal(b);
+       },
+       "tactic table 0 (cpu 'test-cpu', 'gearbox-cpu-tactics v1'), profile 0, node 0: the time is not a finite"},
+      {"repeated metadata key",
+       [](Bytes& b) {
+         std::memcpy(b.data() + find_string(b, "model.bbbb"), "model.aaaa", 10);
+         reseal(b);
+       },
+       "metadata entry 1: the key 'model.aaaa' repeats"},
+  };
+  for (const Damage& d : cases) {
+    Bytes bytes = good;
+    d.apply(bytes);
+    const Status s = parse(bytes);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << d.name << ": " << s.to_string();
+    EXPECT_NE(s.message().find(d.expected), std::string::npos) << d.name << ": " << s.message();
+  }
+}
+
+// header_bytes lets a newer header grow: a reader skips the fields it does not know.
+TEST(EngineFile, ALongerHeaderIsSkipped) {
+  const Engine e = tiny_decoder();
+  Bytes bytes = serialize(e);
+  ASSERT_FALSE(bytes.empty());
+  bytes.insert(bytes.begin() + 64, 64, 0xAB);
+  put<uint32_t>(bytes, 12, 128);
+  put<uint64_t>(bytes, 16, 128);
+  put<uint64_t>(bytes, 32, get_u64(bytes, 32) + 64);
+  Result<ParsedEngine> parsed = parse_engine(bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(e.desc, parsed->desc);
+  EXPECT_TRUE(std::equal(e.payload.begin(), e.payload.end(), parsed->payload.begin()));
+}
+
+TEST(EngineFile, TruncationAtEveryLengthIsAnError) {
+  const Bytes good = serialize(tiny_decoder());
+  ASSERT_FALSE(good.empty());
+  const uint64_t metadata_end = get_u64(good, 16) + get_u64(good, 24);
+  for (size_t n = 0; n < good.size(); ++n) {
+    const Status s = parse_engine(std::span(good.data(), n)).status();
+    ASSERT_EQ(s.code(), StatusCode::kDataLoss) << n;
+    ASSERT_NE(s.message().find("truncated"), std::string::npos) << n << ": " << s.message();
+    const char* where = n < 64 ? "" : n < metadata_end ? "metadata ends at" : "payload ends at";
+    ASSERT_NE(s.message().find(where), std::string::npos) << n << ": " << s.message();
+  }
+}
+
+// Every metadata byte set to a few values, with the checksum recomputed: the decoder and
+// the checks after it must fail cleanly or accept, never crash (ASan/UBSan builds check).
+TEST(EngineFile, PatchingAnyMetadataByteNeverCrashes) {
+  const Bytes good = serialize(tiny_decoder());
+  ASSERT_FALSE(good.empty());
+  const size_t begin = get_u64(good, 16);
+  const size_t end = begin + get_u64(good, 24);
+  int rejected = 0;
+  for (size_t i = begin; i < end; ++i) {
+    for (uint8_t v : {uint8_t{0x00}, uint8_t{0x7F}, uint8_t{0xFF}}) {
+      if (good[i] == v) continue;
+      Bytes bytes = good;
+      bytes[i] = v;
+      reseal(bytes);
+      const Status s = parse(bytes);
+      if (!s.ok()) {
+        ++rejected;
+        ASSERT_EQ(s.code(), StatusCode::kDataLoss) << i;
+      }
+    }
+  }
+  EXPECT_GT(rejected, 0);
+}
+
+// The writer runs the reader's checks: what it will not load, it does not write.
+TEST(EngineFile, TheWriterRefusesWhatTheReaderWouldReject) {
+  struct Case {
+    const char* name;
+    std::function<void(EngineDesc&)> apply;
+    const char* expected;
+  };
+  const std::vector<Case> cases = {
+      {"no profiles", [](EngineDesc& d) { d.profiles.clear(); }, "the engine has no profiles"},
+      {"unnamed profile", [](EngineDesc& d) { d.profiles[1].name.clear(); }, "profile 1 has an empty name"},
+      {"repeated profile name", [](EngineDesc& d) { d.profiles[1].name = "decode"; }, "the name is taken"},
+      {"missing bound", [](EngineDesc& d) { d.profiles[0].bounds.pop_back(); }, "1 bounds for 2 network inputs"},
+      {"bound of the wrong rank", [](EngineDesc& d) { d.profiles[0].bounds[1].opt = Dims{1}; },
+       "do not all have the input's rank 2"},
+      {"zero extent",
+       [](EngineDesc& d) {
+         d.profiles[1].bounds[0].min = Dims{1, 0};
+       },
+       "needs 1 <= min"},
+      {"tactics for one profile", [](EngineDesc& d) { d.tactic_tables[0].profiles.pop_back(); },
+       "1 entries for 2 profiles"},
+      {"tactic missing", [](EngineDesc& d) { d.tactic_tables[0].profiles[1].tactic_per_node.pop_back(); },
+       "profile 1: 15 tactics and 16 times for 16 nodes"},
+      {"negative time", [](EngineDesc& d) { d.tactic_tables[0].profiles[0].time_us_per_node[3] = -1.0f; },
+       "node 3: the time is not a finite number"},
+      {"repeated table", [](EngineDesc& d) { d.tactic_tables.push_back(d.tactic_tables[0]); },
+       "an earlier table is for the same device"},
+      {"empty metadata key", [](EngineDesc& d) { d.metadata.emplace_back("", "x"); }, "empty key"},
+      {"name too long", [](EngineDesc& d) { d.producer.assign(70000, 'p'); }, "more than the limit of 65536"},
+  };
+  const Engine e = tiny_decoder();
+  for (const Case& c : cases) {
+    EngineDesc desc = e.desc;
+    c.apply(desc);
+    const Result<Bytes> bytes = serialize_engine(desc, e.payload);
+    ASSERT_FALSE(bytes.ok()) << c.name;
+    EXPECT_EQ(bytes.status().code(), StatusCode::kInvalidArgument) << c.name;
+    EXPECT_NE(bytes.status().message().find(c.expected), std::string::npos)
+        << c.name << ": " << bytes.status().message();
+  }
+  // A tactic table for another device is fine, and so is a second one for the CPU with
+  // other library versions.
+  EngineDesc desc = e.desc;
+  desc.tactic_tables.push_back(desc.tactic_tables[0]);
+  desc.tactic_tables.back().device = DeviceKind::kCuda;
+  desc.tactic_tables.push_back(desc.tactic_tables[0]);
+  desc.tactic_tables.back().library_versions = "gearbox-cpu-tactics v2";
+  const Result<Bytes> bytes = serialize_engine(desc, e.payload);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  Result<ParsedEngine> parsed = parse_engine(*bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(desc, parsed->desc);
+}
+
+// ---- validate_network: each rule broken once ------------------------------------------------
+
+struct Violation {
+  const char* name;
+  std::function<void(ir::Network&, uint64_t& payload_bytes)> apply;
+  const char* expected;
+};
+
+ir::Node& node_named(ir::Network& n, const std::string& name) {
+  for (ir::Node& node : n.nodes) {
+    if (node.name == name) return node;
+  }
+  ADD_FAILURE() << "no node " << name;
+  return n.nodes.front();
+}
+
+TEST(ValidateNetwork, EachRuleHasItsOwnMessage) {
+  using N = ir::Network;
+  using P = uint64_t;
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto attn = [](N& n) -> ir::Node& { return node_named(n, "layers.0.attn"); };
+  const auto rope = [](N& n) -> ir::Node& { return node_named(n, "layers.0.rope_q"); };
+  const auto norm = [](N& n) -> ir::Node& { return node_named(n, "layers.0.attn_norm"); };
+  const auto qkv = [](N& n) -> ir::Node& { return node_named(n, "layers.0.qkv"); };
+  const auto o = [](N& n) -> ir::Node& { return node_named(n, "layers.0.o"); };
+  const std::vector<Violation> cases = {
+      // embedding
+      {"embedding reads f32 ids", [](N& n, P&) { n.tensors[0].dtype = DataType::kF32; },
+       "node 0 'embed' (embedding): ids must be i32 or i64, not f32"},
+      {"embedding with two inputs", [](N& n, P&) { n.nodes[0].inputs.push_back(1); },
+       "node 0 'embed' (embedding): needs 1 input (ids), has 2"},
+      {"embedding without a table", [](N& n, P&) { n.nodes[0].weights.clear(); }, "needs 1 weight, has 0"},
+      {"embedding table of rank 1", [](N& n, P&) { n.nodes[0].weights = {1}; },
+       "weight 1 'layers.0.attn_norm.weight' (the table) has dims [8]; it must have rank 2"},
+      {"embedding scale inf", [=](N& n, P&) { n.nodes[0].attrs.scale = inf; }, "(embedding): scale is not finite"},
+      // rms_norm
+      {"eps 0", [=](N& n, P&) { norm(n).attrs.eps = 0.0f; }, "(rms_norm): eps 0 must be positive and finite"},
+      {"eps NaN", [=](N& n, P&) { norm(n).attrs.eps = nan; }, "eps nan must be positive"},
+      {"eps inf", [=](N& n, P&) { norm(n).attrs.eps = inf; }, "eps inf must be positive"},
+      {"negative head_dim", [=](N& n, P&) { norm(n).attrs.head_dim = -1; }, "head_dim -1 is negative"},
+      {"per-head norm of the wrong width", [=](N& n, P&) { norm(n).attrs.head_dim = 4; },
+       "head_dim is 4 but the weight has 8 elements"},
+      {"norm weight of rank 2", [=](N& n, P&) { norm(n).weights = {2}; },
+       "weight 2 'layers.0.q.weight' (the weight) has dims [8, 8]; it must have rank 1"},
+      {"norm offset NaN", [=](N& n, P&) { norm(n).attrs.weight_offset = nan; }, "weight_offset is not finite"},
+      // linear
+      {"has_bias 2", [=](N& n, P&) { qkv(n).attrs.has_bias = 2; }, "has_bias 2 is not 0 or 1"},
+      {"linear without outputs", [=](N& n, P&) { qkv(n).outputs.clear(); }, "needs at least 1 output"},
+      {"linear with a missing weight", [=](N& n, P&) { qkv(n).weights.pop_back(); },
+       "node 2 'layers.0.qkv' (linear): has 3 outputs and needs 3 weights (one matrix per output), has 2"},
+      {"linear with different K", [=](N& n, P&) { qkv(n).weights[2] = 10; },
+       "matrix weight 10 'layers.0.down.weight' has K = 12 but the first matrix has K = 8"},
+      {"linear missing its bias", [=](N& n, P&) { o(n).weights.pop_back(); },
+       "has 1 output and needs 2 weights (one matrix and one bias per output), has 1"},
+      {"bias of rank 2", [=](N& n, P&) { o(n).weights[1] = 0; },
+       "weight 0 'embed.weight' (bias) has dims [16, 8]; it must have rank 1"},
+      {"bias shorter than the matrix", [](N& n, P&) { n.weights[6].dims = Dims{4}, n.weights[6].bytes = 16; },
+       "bias weight 6 'layers.0.o.bias' has 4 elements but its matrix has 8 rows"},
+      // rope
+      {"rope without positions", [=](N& n, P&) { rope(n).inputs.pop_back(); },
+       "(rope): needs 2 inputs (x, positions), has 1"},
+      {"rope with f32 positions", [=](N& n, P&) { rope(n).inputs[1] = 2; }, "positions must be i32 or i64, not f32"},
+      {"rope with a weight", [=](N& n, P&) { rope(n).weights = {0}; }, "needs 0 weights, has 1"},
+      {"rope heads 0", [=](N& n, P&) { rope(n).attrs.heads = 0; }, "heads 0 must be positive"},
+      {"rope odd head_dim", [=](N& n, P&) { rope(n).attrs.head_dim = 3; }, "head_dim 3 must be positive and even"},
+      {"rope theta NaN", [=](N& n, P&) { rope(n).attrs.theta = nan; }, "theta nan must be positive and finite"},
+      {"rope theta 0", [=](N& n, P&) { rope(n).attrs.theta = 0.0f; }, "theta 0 must be positive"},
+      // attention
+      {"attention with 3 inputs", [=](N& n, P&) { attn(n).inputs.pop_back(); },
+       "node 5 'layers.0.attn' (attention): needs 4 inputs (q, k, v, positions), has 3"},
+      {"attention with i32 positions ok, f32 not", [=](N& n, P&) { attn(n).inputs[3] = 3; },
+       "positions must be i32 or i64"},
+      {"attention heads 0", [=](N& n, P&) { attn(n).attrs.heads = 0; }, "heads 0 and kv_heads 1 must be positive"},
+      {"attention kv_heads 0", [=](N& n, P&) { attn(n).attrs.kv_heads = 0; }, "kv_heads 0 must be positive"},
+      {"heads not a multiple of kv_heads",
+       [=](N& n, P&) {
+         attn(n).attrs.heads = 3;
+         attn(n).attrs.kv_heads = 2;
+       },
+       "heads 3 is not a multiple of kv_heads 2"},
+      {"attention head_dim 0", [=](N& n, P&) { attn(n).attrs.head_dim = 0; }, "head_dim 0 must be positive"},
+      {"negative window", [=](N& n, P&) { attn(n).attrs.window = -1; }, "window -1 is negative"},
+      {"attention scale NaN", [=](N& n, P&) { attn(n).attrs.scale = nan; }, "(attention): scale is not finite"},
+      {"state slot past the end", [=](N& n, P&) { attn(n).attrs.state = 1; }, "state slot 1 is outside [0, 1)"},
+      {"state slot -1", [=](N& n, P&) { attn(n).attrs.state = -1; }, "state slot -1 is outside"},
+      {"state of the wrong width", [](N& n, P&) { n.states[0].width = 8; },
+       "state 0 'layers.0.kv' has width 8 but kv_heads * head_dim is 4"},
+      // elementwise and take_last
+      {"add with one input", [](N& n, P&) { node_named(n, "layers.0.add1").inputs.pop_back(); },
+       "(add): needs 2 inputs (a, b), has 1"},
+      {"gelu with two outputs", [](N& n, P&) { node_named(n, "layers.0.act").outputs.push_back(0); },
+       "(gelu_tanh_mul): output 1 writes tensor 0 'tokens', which is already produced"},
+      {"take_last with a weight", [](N& n, P&) { node_named(n, "take_last").weights.push_back(0); },
+       "(take_last): needs 0 weights, has 1"},
+      {"take_last with two inputs", [](N& n, P&) { node_named(n, "take_last").inputs.push_back(0); },
+       "(take_last): needs 1 input (x), has 2"},
+      // ids and kinds
+      {"op kind 0", [](N& n, P&) { n.nodes[3].kind = static_cast<OpKind>(0); },
+       "node 3 'layers.0.rope_q' (op kind 0): unknown op kind 0"},
+      {"op kind 99", [](N& n, P&) { n.nodes[3].kind = static_cast<OpKind>(99); }, "unknown op kind 99"},
+      {"input id out of range", [](N& n, P&) { n.nodes[1].inputs[0] = 1000; },
+       "node 1 'layers.0.attn_norm' (rms_norm): input 0: tensor id 1000 is outside [0, 21)"},
+      {"negative input id", [](N& n, P&) { n.nodes[1].inputs[0] = -1; }, "tensor id -1 is outside"},
+      {"output id out of range", [](N& n, P&) { n.nodes[1].outputs[0] = 21; }, "output 0: tensor id 21 is outside"},
+      {"weight id out of range", [](N& n, P&) { n.nodes[1].weights[0] = 12; },
+       "weight 0: weight id 12 is outside [0, 12)"},
+      {"network output out of range", [](N& n, P&) { n.outputs = {-3}; }, "output 0: tensor id -3 is outside"},
+      {"no outputs", [](N& n, P&) { n.outputs.clear(); }, "the network has no outputs"},
+      // production order
+      {"read before produced", [](N& n, P&) { std::swap(n.nodes[1], n.nodes[2]); },
+       "node 1 'layers.0.qkv' (linear): input 0 reads tensor 3 'xn' before it is produced"},
+      {"produced twice", [](N& n, P&) { n.nodes[1].outputs = {2}; }, "writes tensor 2 'x', which is already produced"},
+      {"an input written by a node", [](N& n, P&) { n.nodes[0].outputs = {1}; },
+       "writes tensor 1 'positions', which is already produced"},
+      {"a tensor nobody produces",
+       [](N& n, P&) {
+         n.tensors.push_back({"orphan", DataType::kF32});
+       },
+       "tensor 21 'orphan' is never produced"},
+      // input specs
+      {"input id out of range", [](N& n, P&) { n.inputs[1].tensor = 99; }, "input 1: tensor id 99 is outside [0, 21)"},
+      {"input listed twice", [](N& n, P&) { n.inputs[1].tensor = 0; },
+       "input 1 (tensor 0 'tokens') is listed as an input twice"},
+      {"input of rank 0", [](N& n, P&) { n.inputs[1].dims = Dims{}; }, "rank 0; an input has at least one dim"},
+      {"input extent 0",
+       [](N& n, P&) {
+         n.inputs[0].dims = Dims{1, 0};
+       },
+       "neither -1 (dynamic) nor at least 1"},
+      {"input extent -2",
+       [](N& n, P&) {
+         n.inputs[0].dims = Dims{-2, 1};
+       },
+       "neither -1 (dynamic) nor at least 1"},
+      {"one dim name for two dims", [](N& n, P&) { n.inputs[0].dim_names = {"seq"}; },
+       "1 dim names for rank 2 (give none or one per dim)"},
+      // weights
+      {"weight extent 0", [](N& n, P&) { n.weights[1].dims = Dims{0}; }, "have an extent below 1"},
+      {"weight of rank 0", [](N& n, P&) { n.weights[1].dims = Dims{}; }, "rank 0; a weight has 1 to 8 dims"},
+      {"weight bytes wrong", [](N& n, P&) { n.weights[1].bytes = 31; },
+       "weight 1 'layers.0.attn_norm.weight': bytes is 31 but [8] of f32 is 32"},
+      {"weight offset misaligned", [](N& n, P&) { n.weights[1].offset += 32; }, "offset 288 is not 64-byte aligned"},
+      {"weight past the payload", [](N&, P& p) { p -= 64; }, "weight 11 'final_norm.weight': bytes ["},
+      {"weight offset overflows", [](N& n, P&) { n.weights[1].offset = ~uint64_t{0} - 63; }, "lie outside the"},
+      {"weight too large to address",
+       [](N& n, P&) {
+         n.weights[1].dims = Dims{1ll << 40, 1ll << 40};
+       },
+       "are too large to address"},
+      {"weight with an invalid dtype", [](N& n, P&) { n.weights[1].dtype = static_cast<DataType>(9); },
+       "invalid dtype 9"},
+      // states
+      {"state rows 0", [](N& n, P&) { n.states[0].rows = 0; }, "rows 0 and width 4 must both be at least 1"},
+      {"state width 0", [](N& n, P&) { n.states[0].width = 0; }, "rows 32 and width 0 must both be at least 1"},
+      {"state rows differ from max_context", [](N& n, P&) { n.states[0].rows = 64; },
+       "rows 64 differ from max_context 32"},
+      {"state of a TiB", [](N& n, P&) { n.max_context = n.states[0].rows = 1ll << 20, n.states[0].width = 1ll << 19; },
+       "is 1 TiB or more"},
+      {"states without a context", [](N& n, P&) { n.max_context = 0; }, "max_context is 0 but the network has states"},
+      {"negative max_context", [](N& n, P&) { n.max_context = -1; }, "max_context -1 is negative"},
+      // names and dtypes
+      {"empty tensor name", [](N& n, P&) { n.tensors[4].name.clear(); }, "tensor 4 has an empty name"},
+      {"repeated tensor name", [](N& n, P&) { n.tensors[4].name = "x"; }, "tensor 4: the name 'x' is taken"},
+      {"empty weight name", [](N& n, P&) { n.weights[3].name.clear(); }, "weight 3 has an empty name"},
+      {"repeated weight name", [](N& n, P&) { n.weights[3].name = "embed.weight"; },
+       "weight 3: the name 'embed.weight' is taken"},
+      {"tensor with an invalid dtype", [](N& n, P&) { n.tensors[4].dtype = static_cast<DataType>(200); },
+       "tensor 4 'q': invalid dtype 200"},
+  };
+  const Engine e = tiny_decoder();
+  for (const Violation& v : cases) {
+    ir::Network net = e.desc.network;
+    uint64_t payload_bytes = e.payload.size();
+    v.apply(net, payload_bytes);
+    const Status s = ir::validate_network(net, payload_bytes);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << v.name << ": " << s.to_string();
+    EXPECT_NE(s.message().find(v.expected), std::string::npos) << v.name << ": " << s.message();
+  }
+}
+
+TEST(ValidateNetwork, AcceptsWhatTheRulesAllow) {
+  const Engine e = tiny_decoder();
+  ir::Network n = e.desc.network;
+  n.inputs[0].dim_names.clear();                    // no dim names
+  node_named(n, "layers.0.attn").attrs.window = 0;  // no window
+  n.nodes[0].attrs.scale = -1.0f;                   // any finite scale
+  n.tensors[1].dtype = DataType::kI32;              // i32 positions
+  EXPECT_TRUE(ir::validate_network(n, e.payload.size()).ok());
+  ir::Network per_head = e.desc.network;  // a per-head norm over a head_dim-long weight
+  per_head.weights[1].dims = Dims{4};
+  per_head.weights[1].bytes = 16;
+  node_named(per_head, "layers.0.attn_norm").attrs.head_dim = 4;
+  EXPECT_TRUE(ir::validate_network(per_head, e.payload.size()).ok());
+  ir::Network stateless;  // no states: max_context may be 0
+  stateless.tensors = {{"a", DataType::kF32}, {"b", DataType::kF32}, {"c", DataType::kF32}};
+  stateless.inputs = {{0, Dims{-1, 4}, {}}, {1, Dims{-1, 4}, {}}};
+  stateless.nodes = {{OpKind::kSiluMul, "act", {0, 1}, {2}, {}, {}}};
+  stateless.outputs = {2};
+  EXPECT_TRUE(ir::validate_network(stateless, 0).ok());
+}
+
+}  // namespace
+}  // namespace gearbox::format

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Parity of gearbox with HF transformers on a committed checkpoint (tests/data/parity/).
+
+Builds an f32 engine from the checkpoint, scores the reference prompt teacher-forced and
+generates greedily, and compares with expected.json (written by
+python/tools/make_parity_checkpoints.py from HF transformers in fp32):
+  every |log p difference| <= --tolerance (default 1e-4), and the 32 greedy ids identical.
+Standard library only.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def run(cmd):
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f"FAILED: {' '.join(cmd)}\n{out.stdout}{out.stderr}")
+    return out.stdout
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--gearbox", required=True)
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--tolerance", type=float, default=1e-4)
+    args = p.parse_args()
+    expected = json.load(open(os.path.join(args.checkpoint, "expected.json")))
+    ids = ",".join(map(str, expected["prompt_ids"]))
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = os.path.join(tmp, "parity.gbx")
+        run([args.gearbox, "build", "--hf", args.checkpoint, "-o", engine, "--dtype", "f32", "--max-seq", "128",
+             "--device", args.device])
+        score = json.loads(run([args.gearbox, "score", engine, "--prompt-ids", ids, "--json", "--device", args.device]))
+        gen = json.loads(run([args.gearbox, "generate", engine, "--prompt-ids", ids, "--max-new-tokens",
+                              str(len(expected["greedy_ids"])), "--ignore-eos", "--json", "--device", args.device]))
+    want, got = expected["token_logprobs"], score["token_logprobs"]
+    if len(want) != len(got):
+        sys.exit(f"FAILED: {len(got)} log-probs, expected {len(want)}")
+    worst = max(range(len(want)), key=lambda i: abs(want[i] - got[i]))
+    err = abs(want[worst] - got[worst])
+    print(f"log-probs: {len(want)} tokens, max |difference| {err:.3g} at token {worst + 1} (tolerance {args.tolerance})")
+    same = gen["generated_ids"] == expected["greedy_ids"]
+    print(f"greedy: {len(expected['greedy_ids'])} ids {'identical' if same else 'DIFFER'}")
+    if not same:
+        print(f"  gearbox {gen['generated_ids']}\n  HF      {expected['greedy_ids']}")
+    if err > args.tolerance or not same:
+        sys.exit("FAILED")
+    print("parity ok")
+
+
+if __name__ == "__main__":
+    main()

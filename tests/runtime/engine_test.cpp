@@ -1,0 +1,200 @@
+// The engine end to end on the CPU device: logits against a double-precision Gemma-3
+// reference, prefill vs token-by-token decode, the builder's per-profile tactics, and the
+// file round trip.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "gearbox/profile_guard.h"
+#include "gemma_reference.h"
+#include "runtime/engine_core.h"
+#include "test_engine.h"
+
+namespace gearbox::testing {
+namespace {
+
+std::vector<int64_t> random_tokens(size_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int64_t> d(0, vocab - 1);
+  std::vector<int64_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+// Max |got - want| / max|want| over a logits row; the error bound is relative to the
+// row's scale because logits of random weights are small.
+double row_error(const float* got, const std::vector<double>& want) {
+  double err = 0, scale = 1e-30;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got[i])) << "logit " << i;
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  return err / scale;
+}
+
+constexpr double kLogitTolerance = 2e-5;  // f32 compute vs a double reference, 2 layers
+
+TEST(Engine, PrefillLogitsMatchTheReference) {
+  const models::Gemma3Config c = tiny_config();
+  TestEngine t = make_engine(c, decode_prefill_profiles(32));
+  const GemmaReference ref(c, t.model);
+  for (size_t len : {1u, 3u, 9u, 32u}) {  // 9 and 32 run past the sliding window of 4
+    Result<Session> session = Session::create(t.engine);
+    ASSERT_TRUE(session.ok()) << session.status().to_string();
+    const std::vector<int64_t> ids = random_tokens(len, c.vocab, static_cast<uint32_t>(len));
+    TokenInputs in(ids, 0);
+    Tensor logits;
+    auto pick = OptimizationProfileGuard::automatic();
+    ASSERT_TRUE(session->run(in.span(), std::span(&logits, 1)).ok());
+    EXPECT_EQ(logits.dims, (Dims{1, 1, c.vocab}));
+    EXPECT_LT(row_error(logits.data<float>(), ref.forward(ids).back()), kLogitTolerance) << "length " << len;
+  }
+}
+
+TEST(Engine, DecodeStepsMatchTheReferenceOnEitherProfile) {
+  const models::Gemma3Config c = tiny_config();
+  TestEngine t = make_engine(c, decode_prefill_profiles(32));
+  const GemmaReference ref(c, t.model);
+  const std::vector<int64_t> ids = random_tokens(14, c.vocab, 3);
+  const auto want = ref.forward(ids);
+  for (const char* decode_profile : {"decode", "prefill"}) {
+    Result<Session> session = Session::create(t.engine);
+    ASSERT_TRUE(session.ok());
+    Tensor logits;
+    {
+      auto pin = OptimizationProfileGuard::named("prefill");
+      TokenInputs prompt({ids.begin(), ids.begin() + 5}, 0);
+      ASSERT_TRUE(session->run(prompt.span(), std::span(&logits, 1)).ok());
+      EXPECT_LT(row_error(logits.data<float>(), want[4]), kLogitTolerance);
+    }
+    for (size_t pos = 5; pos < ids.size(); ++pos) {
+      auto pin = OptimizationProfileGuard::named(decode_profile);
+      TokenInputs step({ids[pos]}, static_cast<int64_t>(pos));
+      ASSERT_TRUE(session->run(step.span(), std::span(&logits, 1)).ok());
+      EXPECT_EQ(session->active_profile(), std::string(decode_profile) == "decode" ? 0 : 1);
+      EXPECT_LT(row_error(logits.data<float>(), want[pos]), kLogitTolerance) << decode_profile << " pos " << pos;
+    }
+  }
+}
+
+TEST(Engine, AllLogitsNetworkMatchesTheReferenceAtEveryPosition) {
+  models::Gemma3Config c = tiny_config();
+  c.all_logits = true;
+  c.dtype = DataType::kBF16;  // bf16 weights, converted once at upload
+  TestEngine t = make_engine(c, {seq_profile("prefill", 1, 8, 16)});
+  const GemmaReference ref(c, t.model);
+  const std::vector<int64_t> ids = random_tokens(11, c.vocab, 5);
+  Result<Session> session = Session::create(t.engine);
+  ASSERT_TRUE(session.ok());
+  TokenInputs in(ids, 0);
+  Tensor logits;
+  ASSERT_TRUE(session->run(in.span(), std::span(&logits, 1)).ok());
+  ASSERT_EQ(logits.dims, (Dims{1, 11, c.vocab}));
+  const auto want = ref.forward(ids);
+  for (size_t p = 0; p < ids.size(); ++p) {
+    EXPECT_LT(row_error(logits.data<float>() + p * static_cast<size_t>(c.vocab), want[p]), kLogitTolerance) << p;
+  }
+}
+
+TEST(Builder, ChoosesTacticsPerProfile) {
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32));
+  const internal::EngineCore& core = *t.engine.core();
+  const ir::Network& net = core.network();
+  const std::span<const uint32_t> decode = core.tactics(0), prefill = core.tactics(1);
+  int small_m_in_decode = 0;
+  for (size_t n = 0; n < net.nodes.size(); ++n) {
+    if (net.nodes[n].kind != ir::OpKind::kLinear) continue;
+    const Dims& x = core.max_dims(1)[static_cast<size_t>(net.nodes[n].inputs[0])];
+    if (x.volume() / x[x.rank() - 1] > 8) {  // the logits after take_last have one row even in prefill
+      EXPECT_EQ(prefill[n], 2u) << "small-M linear is invalid for up to 32 rows: " << net.nodes[n].name;
+    }
+    small_m_in_decode += decode[n] == 1u ? 1 : 0;
+  }
+  EXPECT_GT(small_m_in_decode, 0) << "the decode profile should pick the one-pass small-M linear somewhere";
+  EXPECT_NE(std::vector<uint32_t>(decode.begin(), decode.end()), std::vector<uint32_t>(prefill.begin(), prefill.end()));
+  // The tactic table records a time for every node and an arena for every profile.
+  const format::TacticTable& table = core.desc().tactic_tables.at(0);
+  for (const format::ProfileTactics& p : table.profiles) {
+    EXPECT_EQ(p.time_us_per_node.size(), net.nodes.size());
+    EXPECT_GT(p.arena_bytes, 0u);
+  }
+  EXPECT_LT(table.profiles[0].arena_bytes, table.profiles[1].arena_bytes);
+  EXPECT_EQ(core.arena_bytes(), static_cast<int64_t>(table.profiles[1].arena_bytes));
+}
+
+TEST(Builder, RejectsBadProfiles) {
+  const models::Gemma3Config c = tiny_config();
+  models::RandomWeights w(1);
+  Result<models::BuiltModel> m = models::build_gemma3(c, w);
+  ASSERT_TRUE(m.ok());
+  struct Case {
+    std::vector<format::ProfileDesc> profiles;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{}, "at least one"},
+      {{seq_profile("a", 1, 1, 1), seq_profile("a", 1, 2, 4)}, "used twice"},
+      {{seq_profile("", 1, 1, 1)}, "has no name"},
+      {{seq_profile("a", 4, 2, 8)}, "min <= opt <= max"},
+      {{seq_profile("a", 0, 1, 8)}, "must be >= 1"},
+      {{seq_profile("a", 1, 8, 65)}, "do not fit the context of 64"},
+      {{{"a", {{Dims{1, 1}, Dims{1, 1}, Dims{1, 1}}}}}, "1 bounds for 2 network inputs"},
+      {{{"a", {{Dims{2, 1}, Dims{2, 1}, Dims{2, 1}}, {Dims{2, 1}, Dims{2, 1}, Dims{2, 1}}}}}, "built for 1"},
+  };
+  for (const Case& k : cases) {
+    internal::BuildOptions options;
+    Result<format::EngineDesc> d = internal::build_engine(m->network, k.profiles, m->payload, options);
+    ASSERT_FALSE(d.ok()) << k.message;
+    EXPECT_NE(d.status().message().find(k.message), std::string::npos) << d.status().to_string();
+  }
+}
+
+TEST(Engine, LoadsFromAFileAndReportsMissingOrDamagedFiles) {
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(16));
+  const std::string path = (std::filesystem::temp_directory_path() / "gearbox_engine_test.gbx").string();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(t.bytes.data(), 1, t.bytes.size(), f), t.bytes.size());
+    std::fclose(f);
+  }
+  Result<Engine> loaded = Engine::load_file(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  EXPECT_EQ(loaded->profiles().size(), 2);
+  EXPECT_EQ(loaded->profiles().names[1], "prefill");
+  EXPECT_EQ(loaded->inputs()[0].name, "tokens");
+  EXPECT_EQ(loaded->outputs()[0].name, "logits");
+  EXPECT_EQ(loaded->max_context(), 64);
+  EXPECT_GT(loaded->weight_bytes(), 0);
+
+  EXPECT_EQ(Engine::load_file(path + ".missing").status().code(), StatusCode::kNotFound);
+  std::vector<uint8_t> damaged = t.bytes;
+  damaged[damaged.size() / 2] ^= 0x40;
+  EXPECT_EQ(Engine::load_buffer(damaged).status().code(), StatusCode::kDataLoss);
+  std::filesystem::remove(path);
+}
+
+TEST(Engine, TunesAtLoadWhenTheFileHasNoTacticsForTheDevice) {
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(16));
+  Result<format::ParsedEngine> parsed = format::parse_engine(t.bytes);
+  ASSERT_TRUE(parsed.ok());
+  format::EngineDesc desc = parsed->desc;
+  desc.tactic_tables.clear();
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(desc, t.model.payload);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  Result<Engine> engine = Engine::load_buffer(*bytes);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  Result<Session> session = Session::create(*engine);
+  ASSERT_TRUE(session.ok());
+  TokenInputs in({1, 2, 3}, 0);
+  Tensor logits;
+  auto pick = OptimizationProfileGuard::automatic();
+  EXPECT_TRUE(session->run(in.span(), std::span(&logits, 1)).ok());
+}
+
+}  // namespace
+}  // namespace gearbox::testing

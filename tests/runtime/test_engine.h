@@ -1,0 +1,82 @@
+// Small Gemma-3 engines built in-process for runtime tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "builder/builder.h"
+#include "format/engine_file.h"
+#include "gearbox/engine.h"
+#include "models/gemma3.h"
+
+namespace gearbox::testing {
+
+/// Tiny but complete: 2 layers (sliding window 4, then global), GQA 4/2, head_dim 8.
+inline models::Gemma3Config tiny_config() {
+  models::Gemma3Config c;
+  c.vocab = 97;
+  c.hidden = 32;
+  c.intermediate = 48;
+  c.layers = 2;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.head_dim = 8;
+  c.sliding_window = 4;
+  c.layer_is_sliding = {true, false};
+  c.query_pre_attn_scalar = 16.0f;
+  c.max_context = 64;
+  return c;
+}
+
+inline format::ProfileDesc seq_profile(const std::string& name, int64_t lo, int64_t opt, int64_t hi) {
+  const InputProfileBounds b{Dims{1, lo}, Dims{1, opt}, Dims{1, hi}};
+  return {name, {b, b}};
+}
+
+/// decode [1,1]..[1,1] and prefill [1,1]..[1,max] (opt 16).
+inline std::vector<format::ProfileDesc> decode_prefill_profiles(int64_t max_seq) {
+  return {seq_profile("decode", 1, 1, 1), seq_profile("prefill", 1, std::min<int64_t>(16, max_seq), max_seq)};
+}
+
+struct TestEngine {
+  models::BuiltModel model;
+  std::vector<uint8_t> bytes;  // the engine file image
+  Engine engine{nullptr};
+};
+
+inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format::ProfileDesc> profiles,
+                              uint64_t seed = 7) {
+  TestEngine t;
+  models::RandomWeights weights(seed);
+  Result<models::BuiltModel> model = models::build_gemma3(c, weights);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  t.model = std::move(*model);
+  internal::BuildOptions options;
+  options.repetitions = 3;
+  Result<format::EngineDesc> desc =
+      internal::build_engine(t.model.network, std::move(profiles), t.model.payload, options);
+  EXPECT_TRUE(desc.ok()) << desc.status().to_string();
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, t.model.payload);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
+  t.bytes = std::move(*bytes);
+  Result<Engine> engine = Engine::load_buffer(t.bytes);
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  t.engine = std::move(*engine);
+  return t;
+}
+
+/// Inputs for tokens at consecutive positions starting at `start`.
+struct TokenInputs {
+  std::vector<int64_t> tokens, positions;
+  TensorView views[2];
+  TokenInputs(std::vector<int64_t> ids, int64_t start) : tokens(std::move(ids)) {
+    for (size_t i = 0; i < tokens.size(); ++i) positions.push_back(start + static_cast<int64_t>(i));
+    const Dims d{1, static_cast<int64_t>(tokens.size())};
+    views[0] = {tokens.data(), DataType::kI64, d};
+    views[1] = {positions.data(), DataType::kI64, d};
+  }
+  std::span<const TensorView> span() const { return views; }
+};
+
+}  // namespace gearbox::testing

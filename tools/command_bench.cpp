@@ -1,0 +1,223 @@
+// gearbox bench: what each profile is worth. Decode ms/token on every profile that takes
+// one token, prefill latency at several lengths, the switch cost and its break-even, and
+// rounds of 1 prefill + N decodes with switching vs on the prefill profile only.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "cli_args.h"
+#include "commands.h"
+#include "core/check.h"
+#include "flags.h"
+#include "runner.h"
+#include "runtime/device_backend.h"
+
+namespace gearbox::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: gearbox bench FILE [options]
+
+  --context N        decode steps run after an N-token prompt (default 128)
+  --steps N          decode steps per measurement (default 64)
+  --prefill L1,L2    prefill lengths (default 128,512, clipped to the prefill profile)
+  --rounds N         rounds of 1 prefill + --round-decodes decodes (default 5)
+  --round-decodes N  (default 64)
+  --json OUT         also write the numbers as JSON
+  --device D         cpu, cuda or auto (default auto)
+Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes
+a decode step must read, against a device copy bandwidth this command measures.
+)";
+
+struct Stats {
+  double median = 0, p10 = 0, p90 = 0, mean = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
+  double sum = 0;
+  for (double x : v) sum += x;
+  return {at(0.5), at(0.1), at(0.9), sum / static_cast<double>(v.size())};
+}
+
+std::vector<int64_t> ids(int64_t n, int64_t vocab) {
+  std::vector<int64_t> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = (3 + i * 7919) % vocab;
+  return v;
+}
+
+// Device copy bandwidth (bytes read + written per second) over a buffer larger than caches.
+Result<double> copy_bandwidth(const Engine& engine) {
+  const int64_t bytes = engine.device() == DeviceKind::kCuda ? (int64_t{1} << 30) : (int64_t{1} << 28);
+  Result<DeviceMemory> a = engine.allocate(bytes), b = engine.allocate(bytes);
+  if (!a.ok()) return a.status();
+  if (!b.ok()) return b.status();
+  Result<Stream> stream = Stream::create(engine.device());
+  if (!stream.ok()) return stream.status();
+  Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(engine.device());
+  if (!dev.ok()) return dev.status();
+  std::vector<double> t;
+  for (int r = 0; r < 6; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    GEARBOX_RETURN_IF_ERROR((*dev)->enqueue_copy(b->data(), a->data(), bytes, *stream->impl()));
+    GEARBOX_RETURN_IF_ERROR(stream->synchronize());
+    if (r > 0) t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * static_cast<double>(bytes) / stats(t).median;
+}
+
+}  // namespace
+
+int run_bench(std::span<const std::string_view> args) {
+  std::string file, device_flag = "auto", json_path, prefill_flag = "128,512";
+  int64_t context = 128, steps = 64, rounds = 5, round_decodes = 64;
+  Flags flags(kUsage);
+  flags.positional("FILE", &file, true);
+  flags.flag("--context", &context);
+  flags.flag("--steps", &steps);
+  flags.flag("--prefill", &prefill_flag);
+  flags.flag("--rounds", &rounds);
+  flags.flag("--round-decodes", &round_decodes);
+  flags.flag("--json", &json_path);
+  flags.flag("--device", &device_flag);
+  if (Status s = flags.parse(args); !s.ok()) return fail("bench", s, 2);
+  if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
+  if (context < 1 || steps < 1 || rounds < 1 || round_decodes < 1) {
+    return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
+  }
+  Result<std::vector<int64_t>> prefill_lengths = parse_int_list(prefill_flag, "--prefill");
+  if (!prefill_lengths.ok()) return fail("bench", prefill_lengths.status(), 2);
+  Result<DeviceKind> device = device_from_flag(device_flag);
+  if (!device.ok()) return fail("bench", device.status(), 2);
+  Result<Runner> opened = Runner::open(file, *device);
+  if (!opened.ok()) return fail("bench", opened.status());
+  Runner& r = *opened;
+  const int32_t prefill = r.profile_index("prefill");
+  if (prefill < 0) return fail("bench", invalid_argument("the engine has no profile named 'prefill'"), 2);
+  const int64_t max_seq = r.engine().profiles().bounds[static_cast<size_t>(prefill)][0].max[1];
+  if (context + steps + round_decodes > r.engine().max_context() || context > max_seq) {
+    return fail("bench", invalid_argument("--context plus decode steps exceed the engine's context"), 2);
+  }
+  const double weight_gb = static_cast<double>(r.engine().weight_bytes()) / 1e9;
+  Result<double> bandwidth = copy_bandwidth(r.engine());
+  if (!bandwidth.ok()) return fail("bench", bandwidth.status());
+  std::printf("engine %s on %s: %.3f GB of weights; device copy bandwidth %.0f GB/s\n", file.c_str(),
+              device_kind_name(r.engine().device()), weight_gb, *bandwidth / 1e9);
+  std::string json = "{\"device\": \"" + std::string(device_kind_name(r.engine().device())) +
+                     "\", \"weight_gb\": " + std::to_string(weight_gb) +
+                     ", \"copy_gb_s\": " + std::to_string(*bandwidth / 1e9) + ", \"decode\": [";
+  Tensor logits;
+  auto must = [&](const Status& s) {
+    if (!s.ok()) {
+      fail("bench", s);
+      std::exit(1);
+    }
+  };
+  const std::vector<int64_t> prompt = ids(context, r.vocab());
+
+  // Decode on every profile that accepts one token.
+  double decode_on_prefill_ms = 0, best_decode_ms = 1e30;
+  double decode_on_prefill_mean = 0, decode_on_decode_mean = 0;
+  const ProfileTable& table = r.engine().profiles();
+  bool first = true;
+  for (int32_t p = 0; p < table.size(); ++p) {
+    const InputProfileBounds& b = table.bounds[static_cast<size_t>(p)][0];
+    if (b.min[1] > 1) continue;
+    must(r.reset());
+    must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+    std::vector<double> ms;
+    for (int64_t i = 0; i < steps + 3; ++i) {
+      double t = 0;
+      must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(p), logits, &t));
+      if (i >= 3) ms.push_back(t);  // the first calls switch, and may capture a graph
+    }
+    const Stats s = stats(ms);
+    const double gbs = weight_gb / (s.median / 1e3);
+    std::printf(
+        "decode on profile %-14s %8.3f ms/token (p10 %.3f, p90 %.3f)  %8.1f tok/s  %7.0f GB/s (%.0f%% of copy)\n",
+        r.profile_label(p).c_str(), s.median, s.p10, s.p90, 1e3 / s.median, gbs, 100.0 * gbs * 1e9 / *bandwidth);
+    json += std::string(first ? "" : ", ") + "{\"profile\": \"" + table.names[static_cast<size_t>(p)] +
+            "\", \"ms\": " + std::to_string(s.median) + ", \"p10\": " + std::to_string(s.p10) +
+            ", \"p90\": " + std::to_string(s.p90) + "}";
+    first = false;
+    if (p == prefill) {
+      decode_on_prefill_ms = s.median;
+      decode_on_prefill_mean = s.mean;
+    }
+    if (table.names[static_cast<size_t>(p)] == "decode") decode_on_decode_mean = s.mean;
+    best_decode_ms = std::min(best_decode_ms, s.median);
+  }
+  json += "], \"prefill\": [";
+  first = true;
+  for (int64_t len : *prefill_lengths) {
+    if (len < 1 || len > max_seq) continue;
+    std::vector<double> ms;
+    for (int i = 0; i < 8; ++i) {
+      double t = 0;
+      must(r.call(ids(len, r.vocab()), 0, ProfileRequest::named("prefill"), logits, &t));
+      if (i >= 2) ms.push_back(t);
+    }
+    const Stats s = stats(ms);
+    std::printf("prefill %5lld tokens %10.3f ms (p10 %.3f, p90 %.3f)  %10.0f tok/s\n", static_cast<long long>(len),
+                s.median, s.p10, s.p90, static_cast<double>(len) * 1e3 / s.median);
+    json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(len) +
+            ", \"ms\": " + std::to_string(s.median) + "}";
+    first = false;
+  }
+  // The switch: decode steps alternating profiles, minus the mean of the two steady costs.
+  const int32_t decode = r.profile_index("decode");
+  double switch_ms = 0;
+  if (decode >= 0) {
+    must(r.reset());
+    must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+    std::vector<double> ms;
+    for (int64_t i = 0; i < steps; ++i) {
+      double t = 0;
+      must(r.call({7}, context + i, ProfileRequest::pinned(i % 2 == 0 ? decode : prefill), logits, &t));
+      ms.push_back(t);
+    }
+    // Half the steps run on each profile, so compare means (a median of two clusters would
+    // pick one of them): each step pays one switch on top of its profile's steady cost.
+    switch_ms = std::max(0.0, stats(ms).mean - (decode_on_decode_mean + decode_on_prefill_mean) / 2);
+    const double gain = decode_on_prefill_ms - best_decode_ms;
+    std::printf("switch (alternating decode steps, minus steady steps) %.3f ms; decode gain %.3f ms/token", switch_ms,
+                gain);
+    if (gain > 0) std::printf("; pays off after %.1f decode steps", switch_ms / gain);
+    std::printf("\n");
+  }
+  // Rounds: 1 prefill (context) + N decodes, switching vs prefill-only.
+  double round_ms[2] = {0, 0};
+  for (int mode = 0; mode < 2 && decode >= 0; ++mode) {
+    std::vector<double> totals;
+    for (int64_t round = 0; round < rounds; ++round) {
+      const auto t0 = std::chrono::steady_clock::now();
+      must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+      for (int64_t i = 0; i < round_decodes; ++i) {
+        must(r.call({7}, context + i, ProfileRequest::pinned(mode == 0 ? decode : prefill), logits));
+      }
+      totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    round_ms[mode] = stats(totals).median;
+  }
+  if (decode >= 0) {
+    std::printf(
+        "round of 1 prefill (%lld) + %lld decodes: switching %.3f ms, prefill-only %.3f ms (switching is %.1f%% "
+        "faster)\n",
+        static_cast<long long>(context), static_cast<long long>(round_decodes), round_ms[0], round_ms[1],
+        100.0 * (round_ms[1] - round_ms[0]) / round_ms[1]);
+  }
+  json += "], \"switch_ms\": " + std::to_string(switch_ms) +
+          ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
+          ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) + "}\n";
+  if (!json_path.empty()) {
+    std::ofstream out(json_path);
+    out << json;
+    if (!out) return fail("bench", device_error("cannot write " + json_path));
+  }
+  return 0;
+}
+
+}  // namespace gearbox::cli

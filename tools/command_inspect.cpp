@@ -1,0 +1,105 @@
+// gearbox inspect: what an engine file holds.
+#include <cstdio>
+
+#include "commands.h"
+#include "flags.h"
+#include "format/engine_file.h"
+#include "format/mapped_file.h"
+#include "runtime/device_backend.h"
+
+namespace gearbox::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: gearbox inspect FILE [--nodes]
+
+Prints the engine's profiles and bounds, bindings, state, memory, versions and metadata,
+and per device and profile the tactic chosen for each kind of op (--nodes: every node).
+)";
+
+const char* tactic_name(DeviceKind device, const ir::Node& node, uint32_t id) {
+  Result<std::shared_ptr<const internal::DeviceBackend>> backend = internal::device_backend(device);
+  if (!backend.ok()) return "?";
+  for (const internal::TacticInfo& t : (*backend)->tactics(node)) {
+    if (t.id == id) return t.name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+int run_inspect(std::span<const std::string_view> args) {
+  std::string file;
+  bool nodes = false;
+  Flags flags(kUsage);
+  flags.positional("FILE", &file, true);
+  flags.flag("--nodes", &nodes);
+  if (Status s = flags.parse(args); !s.ok()) return fail("inspect", s, 2);
+  if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
+  Result<format::MappedFile> mapped = format::MappedFile::open(file);
+  if (!mapped.ok()) return fail("inspect", mapped.status());
+  Result<format::ParsedEngine> parsed = format::parse_engine(mapped->bytes());
+  if (!parsed.ok()) return fail("inspect", parsed.status().with_context(file));
+  const format::EngineDesc& d = parsed->desc;
+  const ir::Network& net = d.network;
+
+  std::printf("engine %s: %zu bytes, written by %s\n", file.c_str(), mapped->bytes().size(), d.producer.c_str());
+  std::printf("network: %zu nodes, %zu tensors, %zu weights (%.2f MB), max context %lld\n", net.nodes.size(),
+              net.tensors.size(), net.weights.size(), static_cast<double>(parsed->payload.size()) / 1e6,
+              static_cast<long long>(net.max_context));
+  for (const ir::InputSpec& in : net.inputs) {
+    std::printf("  input  %-12s %-4s %s\n", net.tensors[static_cast<size_t>(in.tensor)].name.c_str(),
+                data_type_name(net.tensors[static_cast<size_t>(in.tensor)].dtype), in.dims.to_string().c_str());
+  }
+  for (int32_t out : net.outputs) {
+    std::printf("  output %-12s %s\n", net.tensors[static_cast<size_t>(out)].name.c_str(),
+                data_type_name(net.tensors[static_cast<size_t>(out)].dtype));
+  }
+  int64_t state_bytes = 0;
+  for (const ir::StateSpec& s : net.states)
+    state_bytes += 2 * s.rows * s.width * static_cast<int64_t>(data_type_size(s.dtype));
+  std::printf("state: %zu KV caches, %.2f MB\n", net.states.size(), static_cast<double>(state_bytes) / 1e6);
+  std::printf("profiles:\n");
+  for (size_t p = 0; p < d.profiles.size(); ++p) {
+    std::printf("  %zu '%s':", p, d.profiles[p].name.c_str());
+    for (size_t i = 0; i < d.profiles[p].bounds.size(); ++i) {
+      const InputProfileBounds& b = d.profiles[p].bounds[i];
+      std::printf("  %s min %s opt %s max %s", net.tensors[static_cast<size_t>(net.inputs[i].tensor)].name.c_str(),
+                  b.min.to_string().c_str(), b.opt.to_string().c_str(), b.max.to_string().c_str());
+    }
+    std::printf("\n");
+  }
+  for (const format::TacticTable& t : d.tactic_tables) {
+    std::printf("tactics for %s '%s' (%s):\n", device_kind_name(t.device), t.device_name.c_str(),
+                t.library_versions.c_str());
+    for (size_t p = 0; p < t.profiles.size(); ++p) {
+      const format::ProfileTactics& pt = t.profiles[p];
+      double total_us = 0;
+      for (float us : pt.time_us_per_node) total_us += us;
+      std::printf("  profile %zu '%s': arena %.2f MB, sum of tuned node times %.1f us\n", p, d.profiles[p].name.c_str(),
+                  static_cast<double>(pt.arena_bytes) / 1e6, total_us);
+      for (size_t n = 0; n < net.nodes.size(); ++n) {
+        const ir::Node& node = net.nodes[n];
+        const bool first_of_kind = [&] {
+          for (size_t m = 0; m < n; ++m) {
+            if (net.nodes[m].kind == node.kind && pt.tactic_per_node[m] == pt.tactic_per_node[n]) return false;
+          }
+          return true;
+        }();
+        if (!nodes && !first_of_kind) continue;
+        std::printf("    %-28s %-14s %-10s %9.1f us\n", node.name.c_str(), ir::op_kind_name(node.kind),
+                    tactic_name(t.device, node, pt.tactic_per_node[n]), static_cast<double>(pt.time_us_per_node[n]));
+      }
+    }
+  }
+  std::printf("metadata:\n");
+  for (const auto& [k, v] : d.metadata) {
+    if (v.size() > 80) {
+      std::printf("  %s: (%zu bytes)\n", k.c_str(), v.size());
+    } else {
+      std::printf("  %s: %s\n", k.c_str(), v.c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace gearbox::cli

@@ -1,0 +1,90 @@
+#include "runner.h"
+
+#include <cmath>
+
+#include "cli_args.h"
+#include "gearbox/profile_guard.h"
+
+namespace gearbox::cli {
+
+Result<DeviceKind> device_from_flag(const std::string& flag) {
+  if (flag == "cpu") return DeviceKind::kCpu;
+  if (flag == "cuda") return DeviceKind::kCuda;
+  if (flag != "auto") return invalid_argument("--device: '" + flag + "' is not cpu, cuda or auto");
+  if (Stream::create(DeviceKind::kCuda).ok()) return DeviceKind::kCuda;
+  return DeviceKind::kCpu;
+}
+
+Result<Runner> Runner::open(const std::string& path, DeviceKind device) {
+  EngineOptions options;
+  options.device = device;
+  Result<Engine> engine = Engine::load_file(path, options);
+  if (!engine.ok()) return engine.status();
+  Result<int64_t> vocab = parse_int(engine->metadata("model.vocab"), "model.vocab");
+  if (!vocab.ok()) return data_loss(path + ": the engine does not record its vocabulary (model.vocab)");
+  Result<Session> session = Session::create(*engine);
+  if (!session.ok()) return session.status();
+  return Runner(std::move(*engine), std::move(*session), *vocab);
+}
+
+Status Runner::reset() {
+  Result<Session> session = Session::create(engine_);
+  if (!session.ok()) return session.status();
+  session_ = std::move(*session);
+  return {};
+}
+
+Status Runner::call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Tensor& logits,
+                    double* ms) {
+  std::vector<int64_t> positions(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) positions[i] = start + static_cast<int64_t>(i);
+  const Dims dims{1, static_cast<int64_t>(ids.size())};
+  TensorView in[2] = {{const_cast<int64_t*>(ids.data()), DataType::kI64, dims},
+                      {positions.data(), DataType::kI64, dims}};
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s;
+  switch (request.kind()) {
+    case ProfileRequest::Kind::kUnset: s = session_.run(in, std::span(&logits, 1)); break;
+    case ProfileRequest::Kind::kAutomatic: {
+      auto g = OptimizationProfileGuard::automatic();
+      s = session_.run(in, std::span(&logits, 1));
+      break;
+    }
+    case ProfileRequest::Kind::kNamed: {
+      auto g = OptimizationProfileGuard::named(request.name());
+      s = session_.run(in, std::span(&logits, 1));
+      break;
+    }
+    case ProfileRequest::Kind::kPinned: {
+      OptimizationProfileGuard g(request.index());
+      s = session_.run(in, std::span(&logits, 1));
+      break;
+    }
+  }
+  if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+int32_t Runner::profile_index(const std::string& name) const {
+  const ProfileTable& t = engine_.profiles();
+  for (int32_t p = 0; p < t.size(); ++p) {
+    if (t.names[static_cast<size_t>(p)] == name) return p;
+  }
+  return -1;
+}
+
+std::string Runner::profile_label(int32_t profile) const {
+  return std::to_string(profile) + " '" + engine_.profiles().names[static_cast<size_t>(profile)] + "'";
+}
+
+double log_prob(const Tensor& logits, int64_t row, int64_t id) {
+  const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+  const float* x = logits.data<float>() + row * vocab;
+  double mx = x[0];
+  for (int64_t i = 1; i < vocab; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+  double sum = 0;
+  for (int64_t i = 0; i < vocab; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
+  return static_cast<double>(x[id]) - mx - std::log(sum);
+}
+
+}  // namespace gearbox::cli

@@ -1,0 +1,50 @@
+// What the run, generate, score and bench commands share: loading an engine on a device,
+// one session, and a call with token ids at consecutive positions under a request.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gearbox/engine.h"
+#include "gearbox/profile_selection.h"
+
+namespace gearbox::cli {
+
+/// "cpu", "cuda" or "auto" (CUDA when this build and machine have it).
+Result<DeviceKind> device_from_flag(const std::string& flag);
+
+class Runner {
+ public:
+  static Result<Runner> open(const std::string& path, DeviceKind device);
+
+  /// Runs `ids` at positions start.. under `request` (unset: no guard). Fills `logits`
+  /// and the wall time of the call in milliseconds.
+  Status call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Tensor& logits,
+              double* ms = nullptr);
+
+  /// A fresh session (a new KV cache).
+  Status reset();
+
+  const Engine& engine() const noexcept { return engine_; }
+  Session& session() noexcept { return session_; }
+  /// The vocabulary size, from the engine's metadata.
+  int64_t vocab() const noexcept { return vocab_; }
+  /// The profile index called `name`, or -1.
+  int32_t profile_index(const std::string& name) const;
+  /// "1 'prefill'".
+  std::string profile_label(int32_t profile) const;
+
+ private:
+  Runner(Engine engine, Session session, int64_t vocab)
+      : engine_(std::move(engine)), session_(std::move(session)), vocab_(vocab) {}
+  Engine engine_;
+  Session session_;
+  int64_t vocab_;
+};
+
+/// log-softmax of row `row` of `logits` ([1, T, V]) at `id`.
+double log_prob(const Tensor& logits, int64_t row, int64_t id);
+
+}  // namespace gearbox::cli
