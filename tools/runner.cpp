@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cli_args.h"
+#include "gearbox/binding_names.h"
 #include "gearbox/profile_guard.h"
 
 namespace gearbox::cli {
@@ -20,6 +21,12 @@ Result<Runner> Runner::open(const std::string& path, DeviceKind device) {
   options.device = device;
   Result<Engine> engine = Engine::load_file(path, options);
   if (!engine.ok()) return engine.status();
+  const auto in = engine->inputs();
+  const auto out = engine->outputs();
+  if (in.size() != 2 || in[0].name != kTokensBinding || in[1].name != kPositionsBinding || out.size() != 1 ||
+      out[0].name != kLogitsBinding) {
+    return invalid_argument(path + " is not a gearbox LLM engine (inputs 'tokens', 'positions'; output 'logits')");
+  }
   Result<int64_t> vocab = parse_int(engine->metadata("model.vocab"), "model.vocab");
   if (!vocab.ok()) return data_loss(path + ": the engine does not record its vocabulary (model.vocab)");
   Result<Session> session = Session::create(*engine);

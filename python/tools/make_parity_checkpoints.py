@@ -36,6 +36,25 @@ CASES = {
 }
 GREEDY_STEPS = 32
 
+TOKENIZER_TEXT = """The sky is blue because air scatters short wavelengths of sunlight more than long ones.
+Optimization profiles let one engine serve decode and prefill with kernels tuned for each.
+A gearbox holds several gears; the engine holds several profiles and one copy of the weights.
+"""
+
+
+def write_tokenizer(out_dir, vocab_size):
+    """A small SentencePiece model with Gemma's special ids (pad 0, eos 1, bos 2, unk 3),
+    so the text path of the CLI is tested on a real tokenizer.model."""
+    import sentencepiece as spm
+    corpus = os.path.join(out_dir, "corpus.txt")
+    with open(corpus, "w") as f:
+        f.write(TOKENIZER_TEXT * 20)
+    spm.SentencePieceTrainer.train(input=corpus, model_prefix=os.path.join(out_dir, "tokenizer"),
+                                   vocab_size=vocab_size, model_type="bpe", character_coverage=1.0, pad_id=0,
+                                   eos_id=1, bos_id=2, unk_id=3, hard_vocab_limit=True, minloglevel=2)
+    os.remove(corpus)
+    os.remove(os.path.join(out_dir, "tokenizer.vocab"))
+
 
 def to_4x_spelling(cfg):
     """transformers 4.x wrote rope_theta / rope_local_base_freq and a sliding-window pattern."""
@@ -69,6 +88,8 @@ def main(out_root):
             cfg = to_4x_spelling(cfg)
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
+        if name == "window_4x":
+            write_tokenizer(out, config.vocab_size)
         gen_cfg = os.path.join(out, "generation_config.json")
         if os.path.exists(gen_cfg):
             os.remove(gen_cfg)

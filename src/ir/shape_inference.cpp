@@ -152,6 +152,11 @@ class Inferer {
 
 }  // namespace
 
+int64_t row_count(const Dims& dims) noexcept {
+  const int64_t last = dims.rank() > 0 ? dims[dims.rank() - 1] : 1;
+  return last > 0 ? dims.volume() / last : 0;
+}
+
 int64_t tensor_bytes(const Dims& dims, DataType dtype) noexcept {
   const int64_t v = dims.volume();
   const int64_t size = static_cast<int64_t>(data_type_size(dtype));

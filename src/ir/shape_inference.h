@@ -21,6 +21,10 @@ Status infer_shapes(const Network& network, std::span<const Dims> input_dims, st
 /// Checks one input's dims against its InputSpec (rank, static extents, extents >= 1).
 Status check_input_dims(const Network& network, size_t input, const Dims& dims);
 
+/// Rows of a tensor in the IR's layout (the last dim contiguous): volume / last extent;
+/// 0 for an empty tensor, 1 for a scalar.
+int64_t row_count(const Dims& dims) noexcept;
+
 /// Bytes of one tensor of `dims` in `dtype`; saturates at INT64_MAX.
 int64_t tensor_bytes(const Dims& dims, DataType dtype) noexcept;
 

@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "gearbox/binding_names.h"
 #include "ir/shape_inference.h"
 
 namespace gearbox::models {
@@ -154,10 +155,10 @@ Result<BuiltModel> build_gemma3(const Gemma3Config& c, WeightSource& source) {
   ir::Network& net = b.net();
   net.max_context = c.max_context;
 
-  const int32_t tokens = b.tensor("tokens", DataType::kI64);
-  const int32_t positions = b.tensor("positions", DataType::kI64);
-  net.inputs.push_back({tokens, Dims{1, -1}, {"batch", "seq"}});
-  net.inputs.push_back({positions, Dims{1, -1}, {"batch", "seq"}});
+  const int32_t tokens = b.tensor(kTokensBinding, DataType::kI64);
+  const int32_t positions = b.tensor(kPositionsBinding, DataType::kI64);
+  net.inputs.push_back({tokens, Dims{1, -1}, {kBatchDim, kSeqDim}});
+  net.inputs.push_back({positions, Dims{1, -1}, {kBatchDim, kSeqDim}});
 
   auto weight = [&](const std::string& name, Dims dims) { return b.weight(name, dims); };
   Result<int32_t> embed = weight("model.embed_tokens.weight", Dims{c.vocab, c.hidden});
@@ -238,7 +239,7 @@ Result<BuiltModel> build_gemma3(const Gemma3Config& c, WeightSource& source) {
     head = *lm_head;
   }
   const int32_t logits = b.one(OpKind::kLinear, "logits", {n}, {head});
-  net.tensors[static_cast<size_t>(logits)].name = "logits";
+  net.tensors[static_cast<size_t>(logits)].name = kLogitsBinding;
   net.outputs.push_back(logits);
 
   BuiltModel model;

@@ -38,11 +38,6 @@ class CpuWeights final : public DeviceWeights {
 
 void free_aligned(void* p) { std::free(p); }
 
-int64_t rows_of(const Dims& d) {
-  const int64_t last = d.rank() > 0 ? d[d.rank() - 1] : 1;
-  return last > 0 ? d.volume() / last : 0;
-}
-
 cpu::AttentionShape attention_shape(const Node& node, const Dims& q) {
   cpu::AttentionShape s;
   s.T = q[0] * q[1];
@@ -77,7 +72,7 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
     }
     case OpKind::kLinear: {
       const Dims& x = in_dims(0);
-      const int64_t m = rows_of(x);
+      const int64_t m = ir::row_count(x);
       const int64_t k = x[x.rank() - 1];
       const size_t outs = node.outputs.size();
       for (size_t o = 0; o < outs; ++o) {
@@ -176,7 +171,7 @@ class CpuBackend final : public DeviceBackend {
     switch (node.kind) {
       case OpKind::kLinear:
         if (tactic == kLinearSmallM)
-          return rows_of(max_dims[static_cast<size_t>(node.inputs[0])]) <= cpu::kSmallMMaxRows;
+          return ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) <= cpu::kSmallMMaxRows;
         return tactic == kLinearBlocked;
       case OpKind::kAttention: return tactic == kAttentionRowwise || tactic == kAttentionTiled;
       default: return tactic == kDefault;

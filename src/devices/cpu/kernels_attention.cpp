@@ -16,21 +16,10 @@
 #include <string>
 
 #include "core/check.h"
+#include "devices/cpu/vec4.h"
 
 namespace gearbox::cpu {
 namespace {
-
-using Vec4 = float __attribute__((vector_size(16)));
-
-inline Vec4 load4(const float* p) {
-  Vec4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-inline void store4(float* p, Vec4 v) { std::memcpy(p, &v, sizeof v); }
-
-inline float hsum(Vec4 v) { return (v[0] + v[2]) + (v[1] + v[3]); }
 
 float dot(const float* __restrict a, const float* __restrict b, int64_t n) {
   Vec4 lo = {}, hi = {};

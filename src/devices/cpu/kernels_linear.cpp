@@ -13,24 +13,16 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "devices/cpu/vec4.h"
 
 namespace gearbox::cpu {
 namespace {
-
-using Vec4 = float __attribute__((vector_size(16)));
-
-inline Vec4 load4(const float* p) {
-  Vec4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
 
 // ---- small M: dot products of each W row with up to 4 rows of x ------------------------
 
 /// The dot product of x[:K] and w[:K] whose first k0 terms are summed in lo + hi.
 inline float finish_dot(Vec4 lo, Vec4 hi, const float* x, const float* w, int64_t k0, int64_t K) {
-  const Vec4 s = lo + hi;
-  float sum = (s[0] + s[2]) + (s[1] + s[3]);
+  float sum = hsum(lo + hi);
   for (int64_t k = k0; k < K; ++k) sum += x[k] * w[k];
   return sum;
 }

@@ -39,11 +39,6 @@ Status cuda_check(cudaError_t err, const char* what) {
 }
 #define GEARBOX_CUDA(call) GEARBOX_RETURN_IF_ERROR(cuda_check((call), #call))
 
-int64_t rows_of(const Dims& d) {
-  const int64_t last = d.rank() > 0 ? d[d.rank() - 1] : 1;
-  return last > 0 ? d.volume() / last : 0;
-}
-
 // ---- streams and events ----------------------------------------------------------------------
 
 class CudaEvent final : public EventImpl {
@@ -198,7 +193,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
     }
     case OpKind::kLinear: {
       const Dims& x = in_dims(0);
-      const int64_t m = rows_of(x), k = x[x.rank() - 1];
+      const int64_t m = ir::row_count(x), k = x[x.rank() - 1];
       const size_t outs = node.outputs.size();
       const DataType type = weights.type[wid(0)];
       auto bias = [&](size_t o) {
@@ -310,7 +305,8 @@ class CudaBackend final : public DeviceBackend {
   bool tactic_valid(const Node& node, uint32_t tactic, std::span<const Dims> max_dims) const override {
     switch (node.kind) {
       case OpKind::kLinear:
-        if (tactic == kLinearGemv) return rows_of(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
+        if (tactic == kLinearGemv)
+          return ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
         return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
       case OpKind::kAttention:
         return node.attrs.head_dim <= cuda::kAttentionMaxHeadDim &&
@@ -324,7 +320,7 @@ class CudaBackend final : public DeviceBackend {
     const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
     if (node.kind == OpKind::kLinear && tactic != kLinearGemv) {
       const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
-      return cuda::CublasLtGemm::scratch_bytes(rows_of(x), x[x.rank() - 1], type);
+      return cuda::CublasLtGemm::scratch_bytes(ir::row_count(x), x[x.rank() - 1], type);
     }
     if (node.kind == OpKind::kAttention) {
       const int64_t t = x[0] * x[1];
