@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks, on a machine with an NVIDIA GPU, from prebuilt binaries:
 #   bench/gpu/run_gpu_checks.sh BIN_DIR OUT_DIR
-# BIN_DIR holds gearbox, cuda_kernels_test, devices_gpu_test, cuda_kernels_bench (and
+# BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, devices_gpu_test, cuda_kernels_bench (and
 # lib/ with shared libraries they need); OUT_DIR receives logs and JSON. Needs python3
 # with torch and transformers for the HF comparison on the Gemma-3-1B shape.
 set -uo pipefail
@@ -22,12 +22,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 step "GPU tests"
 check "$bin/devices_gpu_test"
 check "$bin/cuda_kernels_test"
+check "$bin/cuda_engine_test"
 
 step "compute-sanitizer"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_brief=1 >"$out/memcheck.log" 2>&1
 tail -n 3 "$out/memcheck.log"
 check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
 tail -n 3 "$out/racecheck.log"
+check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_engine_test" --gtest_brief=1 >"$out/memcheck_engine.log" 2>&1
+tail -n 1 "$out/memcheck_engine.log"
 
 step "mini Gemma-3 on CUDA: scenario, parity with the CPU device and HF"
 check "$gearbox" build --mini -o "$work/mini_cuda.gbx" --device cuda

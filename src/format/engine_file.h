@@ -30,6 +30,10 @@ namespace gearbox::format {
 inline constexpr char kMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
 inline constexpr uint32_t kFormatVersion = 1;
 inline constexpr uint64_t kPayloadAlignment = 64;
+/// Bytes of the fixed header in format version 1 (later versions may append fields).
+inline constexpr uint32_t kHeaderBytesV1 = 64;
+/// Metadata sections, in the order they are written (docs/FORMAT.md).
+enum class Section : uint32_t { kNetwork = 1, kProfiles = 2, kTacticTables = 3, kMetadata = 4, kProducer = 5 };
 
 /// The tactics chosen for one profile on one device: tactic id per node (index = node id),
 /// the measured median time of each choice, and the activation bytes the profile needs.

@@ -24,10 +24,8 @@ namespace gearbox::format {
 namespace {
 
 // Version-1 layout constants (docs/FORMAT.md); the writer has the same table.
-constexpr uint32_t kHeaderBytesV1 = 64;
 constexpr uint32_t kMaxNameBytes = ByteReader::kDefaultMaxStringBytes;  // names, keys, versions
 constexpr uint32_t kMaxValueBytes = 16u << 20;                          // metadata values
-enum class Section : uint32_t { kNetwork = 1, kProfiles = 2, kTacticTables = 3, kMetadata = 4, kProducer = 5 };
 constexpr const char* kSectionNames[] = {"", "network", "profiles", "tactic tables", "metadata", "producer"};
 
 // Smallest encodings, for the count checks: a string or a list is at least its u32 prefix.

@@ -24,8 +24,6 @@ namespace gearbox::format {
 namespace {
 
 // Version-1 layout constants (docs/FORMAT.md); the reader has the same table.
-constexpr uint32_t kHeaderBytesV1 = 64;
-enum class Section : uint32_t { kNetwork = 1, kProfiles = 2, kTacticTables = 3, kMetadata = 4, kProducer = 5 };
 
 void write_dims(ByteWriter& w, const Dims& d) {
   w.count(static_cast<size_t>(d.rank()));

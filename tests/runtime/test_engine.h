@@ -46,7 +46,7 @@ struct TestEngine {
 };
 
 inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format::ProfileDesc> profiles,
-                              uint64_t seed = 7) {
+                              uint64_t seed = 7, DeviceKind device = DeviceKind::kCpu) {
   TestEngine t;
   models::RandomWeights weights(seed);
   Result<models::BuiltModel> model = models::build_gemma3(c, weights);
@@ -54,13 +54,16 @@ inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format:
   t.model = std::move(*model);
   internal::BuildOptions options;
   options.repetitions = 3;
+  options.device = device;
   Result<format::EngineDesc> desc =
       internal::build_engine(t.model.network, std::move(profiles), t.model.payload, options);
   EXPECT_TRUE(desc.ok()) << desc.status().to_string();
   Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, t.model.payload);
   EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
   t.bytes = std::move(*bytes);
-  Result<Engine> engine = Engine::load_buffer(t.bytes);
+  EngineOptions load;
+  load.device = device;
+  Result<Engine> engine = Engine::load_buffer(t.bytes, load);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   t.engine = std::move(*engine);
   return t;
