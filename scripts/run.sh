@@ -15,4 +15,4 @@ set -x
 "$gearbox" build --mini -o build/mini.gbx
 "$gearbox" inspect build/mini.gbx
 "$gearbox" run build/mini.gbx
-"$gearbox" generate build/mini.gbx --prompt-ids 2,651,6974,563,1000 --max-new-tokens 16
+"$gearbox" generate build/mini.gbx --prompt-ids 2,651,1974,563,1000 --max-new-tokens 16
