@@ -25,9 +25,10 @@ step "clang-format"
 clang-format --dry-run --Werror $sources
 
 step "clang-tidy"
-# One file per clang-tidy process, as many at a time as there are cores.
+# One file per clang-tidy process, as many at a time as there are cores. The compile
+# commands are gcc's; clang ignores the gcc-only warning flags among them.
 if ! git ls-files --cached --others --exclude-standard 'src/*.cpp' 'tools/*.cpp' |
-  xargs -P "$(jobs)" -n 1 clang-tidy -p build/ci --quiet >build/ci/clang-tidy.log 2>&1; then
+  xargs -P "$(jobs)" -n 1 clang-tidy -p build/ci --quiet --extra-arg=-Wno-unknown-warning-option >build/ci/clang-tidy.log 2>&1; then
   grep -v "warnings generated" build/ci/clang-tidy.log
   echo "clang-tidy found problems (above)"
   exit 1
