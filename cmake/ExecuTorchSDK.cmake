@@ -19,6 +19,7 @@ endif()
 
 add_library(gearbox_executorch_sdk INTERFACE)
 add_library(gearbox::executorch_sdk ALIAS gearbox_executorch_sdk)
+# (Also included by the installed package config, gearboxConfig.cmake.)
 if(TARGET executorch::runtime)
   target_link_libraries(gearbox_executorch_sdk INTERFACE executorch::runtime)
 else()

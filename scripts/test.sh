@@ -4,6 +4,8 @@
 #   2. ASan + UBSan build with clang: all tests, then each libFuzzer target for a bounded time
 #   3. TSan build with clang: all tests
 #   4. the regular build (gcc, CUDA when nvcc is found): all tests; GPU tests skip without a GPU
+#   5. install, the CPack tarball, and the examples built from the installed tree (not the
+#      source tree) and run on the mini .pte that step 4's export test wrote
 # Set GEARBOX_FUZZ_SECONDS to change the fuzzing time per target (default 30).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -38,10 +40,13 @@ step "doxygen"
 rm -rf build/docs && mkdir -p build/docs && doxygen docs/Doxyfile
 
 step "ASan + UBSan (clang) and fuzzers"
+# The delegate runs too (ExecuTorch's libraries are not instrumented, gearbox's are); the
+# Python-runtime test is left to the regular build (a sanitized library cannot be loaded
+# into an uninstrumented Python).
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
-  -DGEARBOX_WITH_EXECUTORCH=OFF -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON >/dev/null
+  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON >/dev/null
 cmake --build build/asan -j "$(jobs)"
-ctest --test-dir build/asan -j "$(jobs)" --output-on-failure -LE compile_fail
+ctest --test-dir build/asan -j "$(jobs)" --output-on-failure -LE compile_fail -E executorch.python_runtime
 for fuzzer in build/asan/fuzz/fuzz_*; do
   corpus=build/fuzz-corpus/$(basename "$fuzzer") && mkdir -p "$corpus"
   log=build/asan/$(basename "$fuzzer").log
@@ -55,9 +60,20 @@ done
 
 step "TSan (clang)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
-  -DGEARBOX_WITH_EXECUTORCH=OFF -DGEARBOX_SANITIZE=thread >/dev/null
+  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=thread >/dev/null
 cmake --build build/tsan -j "$(jobs)"
-ctest --test-dir build/tsan -j "$(jobs)" --output-on-failure -LE compile_fail
+ctest --test-dir build/tsan -j "$(jobs)" --output-on-failure -LE compile_fail -E executorch.python_runtime
 
 step "all tests (regular build)"
 ctest --test-dir build/ci -j "$(jobs)" --output-on-failure
+
+step "install, package, examples from the installed tree"
+rm -rf build/install build/examples
+cmake --install build/ci --prefix build/install >/dev/null
+(cd build/ci && cpack -G TGZ >/dev/null && ls -1 gearbox-*.tar.gz)
+cmake -S build/install/share/gearbox/examples -B build/examples -G Ninja \
+  -DCMAKE_PREFIX_PATH="$GEARBOX_ROOT/build/install;$et_prefix" >/dev/null
+cmake --build build/examples -j "$(jobs)"
+pte=build/ci/tests/executorch/programs/mini.pte
+GEARBOX_DEVICE=cpu build/examples/multi_profile_main "$pte"
+GEARBOX_DEVICE=cpu build/examples/multi_profile_benchmark "$pte" --prompt-len 16 --decode-steps 8 --rounds 3 --warmup 1

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include "builder/builder.h"
 #include "cli_args.h"
@@ -12,12 +13,15 @@
 #include "format/engine_file.h"
 #include "models/hf_config.h"
 #include "models/hf_weights.h"
+#include "models/network_json.h"
 #include "models/safetensors.h"
+#include "tokenizer.h"
 
 namespace gearbox::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: gearbox build (--mini | --hf DIR) -o FILE [options]
+constexpr const char* kUsage =
+    R"(usage: gearbox build (--mini | --hf DIR | --network FILE --weights FILE) -o FILE [options]
 
 Builds an engine: the network, its weights, and per optimization profile the kernels
 that were fastest at the profile's opt shape on the device.
@@ -25,9 +29,13 @@ that were fastest at the profile's opt shape on the device.
   --mini                 the built-in mini Gemma-3 (vocab 2048, hidden 320, 3 layers)
                          with seeded random weights; no download
   --hf DIR               a Hugging Face Gemma-3 checkpoint (config.json, *.safetensors)
+  --network FILE         a network description (JSON, docs/FORMAT.md), e.g. written by
+                         gearbox's ExecuTorch export; its weights come from --weights
+  --weights FILE         the safetensors file (or checkpoint directory) --network names
   -o FILE                the engine file to write
   --dtype f32|bf16|f16   weight dtype (default: the checkpoint's; f32 for --mini)
-  --max-seq N            maximum context, the KV cache length (default 2048)
+  --max-seq N            maximum context, the KV cache length (default 2048; a
+                         --network description states its own)
   --profile NAME:MIN:OPT:MAX   a profile over the sequence length, repeatable, in index
                          order (default: decode:1:1:1 prefill:1:min(128,N):N)
   --device cpu|cuda|auto the device to tune for (default auto: cuda when present)
@@ -67,12 +75,14 @@ std::string join(const std::vector<int64_t>& v) {
 
 int run_build(std::span<const std::string_view> args) {
   bool mini = false, all_logits = false;
-  std::string hf, out, dtype_flag, device_flag = "auto";
+  std::string hf, network, weights_path, out, dtype_flag, device_flag = "auto";
   int64_t max_seq = 2048, seed = 1;
   std::vector<std::string> profile_flags;
   Flags flags(kUsage);
   flags.flag("--mini", &mini);
   flags.flag("--hf", &hf);
+  flags.flag("--network", &network);
+  flags.flag("--weights", &weights_path);
   flags.flag("-o", &out);
   flags.flag("--dtype", &dtype_flag);
   flags.flag("--max-seq", &max_seq);
@@ -82,7 +92,20 @@ int run_build(std::span<const std::string_view> args) {
   flags.flag("--all-logits", &all_logits);
   if (Status s = flags.parse(args); !s.ok()) return fail("build", s, 2);
   if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
-  if (mini == !hf.empty()) return fail("build", invalid_argument("give exactly one of --mini and --hf DIR"), 2);
+  if (static_cast<int>(mini) + static_cast<int>(!hf.empty()) + static_cast<int>(!network.empty()) != 1) {
+    return fail("build", invalid_argument("give exactly one of --mini, --hf DIR and --network FILE"), 2);
+  }
+  if (network.empty() != weights_path.empty()) {
+    return fail("build", invalid_argument("--network FILE and --weights FILE go together"), 2);
+  }
+  if (!network.empty()) {
+    if (flags.given("--max-seq") || flags.given("--dtype") || flags.given("--all-logits") || flags.given("--seed")) {
+      return fail("build",
+                  invalid_argument("--max-seq, --dtype, --all-logits and --seed do not apply to --network "
+                                   "(the description fixes them)"),
+                  2);
+    }
+  }
   if (out.empty()) return fail("build", invalid_argument("-o FILE is required"), 2);
   if (max_seq < 1) return fail("build", invalid_argument("--max-seq must be >= 1"), 2);
   Result<DeviceKind> device = parse_device(device_flag);
@@ -94,6 +117,22 @@ int run_build(std::span<const std::string_view> args) {
     if (!sp.ok()) return fail("build", sp.status(), 2);
     const InputProfileBounds b{Dims{1, sp->min}, Dims{1, sp->opt}, Dims{1, sp->max}};
     profiles.push_back({sp->name, {b, b}});
+  }
+  // A network description states its own maximum context; its weights are read first.
+  std::optional<models::SafetensorsCheckpoint> network_weights;
+  std::string network_text;
+  std::optional<models::DescribedModel> described;
+  if (!network.empty()) {
+    std::ifstream in(network, std::ios::binary);
+    if (!in) return fail("build", not_found("cannot open the network description '" + network + "'"));
+    network_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    Result<models::SafetensorsCheckpoint> ckpt = models::SafetensorsCheckpoint::open(weights_path);
+    if (!ckpt.ok()) return fail("build", ckpt.status());
+    network_weights.emplace(std::move(*ckpt));
+    Result<models::DescribedModel> d = models::read_network_description(network_text, *network_weights);
+    if (!d.ok()) return fail("build", d.status().with_context(network));
+    described.emplace(std::move(*d));
+    max_seq = described->model.network.max_context;
   }
   if (profiles.empty()) {
     const InputProfileBounds decode{Dims{1, 1}, Dims{1, 1}, Dims{1, 1}};
@@ -109,7 +148,13 @@ int run_build(std::span<const std::string_view> args) {
   models::Gemma3Config config;
   Result<models::BuiltModel> model = internal_error("unreachable");
   const auto start = std::chrono::steady_clock::now();
-  if (mini) {
+  if (!network.empty()) {
+    std::fprintf(stderr, "read %s: %zu nodes, %zu weights\n", network.c_str(), described->model.network.nodes.size(),
+                 described->model.network.weights.size());
+    options.metadata = std::move(described->metadata);
+    model = std::move(described->model);
+    config.vocab = -1;
+  } else if (mini) {
     config = models::gemma3_mini_config();
     config.max_context = max_seq;
     config.all_logits = all_logits;
@@ -153,10 +198,29 @@ int run_build(std::span<const std::string_view> args) {
       options.metadata.emplace_back("tokenizer.sentencepiece",
                                     std::string(std::istreambuf_iterator<char>(sp), std::istreambuf_iterator<char>()));
     }
+    // tokenizer.json too (checkpoints without tokenizer.model have only it), minified. One
+    // gearbox cannot use is kept (generate then names what it lacks) but warned about.
+    std::ifstream hf_json(hf + "/tokenizer.json", std::ios::binary);
+    if (hf_json) {
+      Result<std::string> compact =
+          compact_hf_json(std::string(std::istreambuf_iterator<char>(hf_json), std::istreambuf_iterator<char>()));
+      if (!compact.ok()) {
+        std::fprintf(stderr, "warning: %s/tokenizer.json is not stored in the engine: %s\n", hf.c_str(),
+                     compact.status().message().c_str());
+      } else {
+        if (Result<Tokenizer> t = Tokenizer::from_hf_json(*compact); !t.ok()) {
+          std::fprintf(stderr, "warning: gearbox cannot tokenize with %s/tokenizer.json, which the engine keeps: %s\n",
+                       hf.c_str(), t.status().message().c_str());
+        }
+        options.metadata.emplace_back("tokenizer.hf_json", std::move(*compact));
+      }
+    }
   }
   if (!model.ok()) return fail("build", model.status());
-  options.metadata.emplace_back("model.vocab", std::to_string(config.vocab));
+  if (config.vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(config.vocab));
 
+  // --profile bounds the sequence of every input (tokens, positions, ...).
+  for (format::ProfileDesc& p : profiles) p.bounds.assign(model->network.inputs.size(), p.bounds[0]);
   Result<format::EngineDesc> desc = internal::build_engine(model->network, profiles, model->payload, options);
   if (!desc.ok()) return fail("build", desc.status());
   if (Status s = format::write_engine_file(out, *desc, model->payload); !s.ok()) return fail("build", s);

@@ -108,7 +108,11 @@ int run_generate(std::span<const std::string_view> args) {
   std::vector<int64_t> ids;
   std::optional<Tokenizer> tokenizer;
   if (!prompt.empty()) {
-    Result<Tokenizer> t = Tokenizer::from_sentencepiece(runner->engine().metadata("tokenizer.sentencepiece"));
+    // The SentencePiece model when the engine has one, else the checkpoint's tokenizer.json.
+    const std::string sentencepiece = runner->engine().metadata("tokenizer.sentencepiece");
+    Result<Tokenizer> t = !sentencepiece.empty()
+                              ? Tokenizer::from_sentencepiece(sentencepiece)
+                              : Tokenizer::from_hf_json(runner->engine().metadata("tokenizer.hf_json"));
     if (!t.ok()) return fail("generate", t.status());
     tokenizer.emplace(std::move(*t));
     Result<std::vector<int64_t>> encoded = tokenizer->encode(prompt);

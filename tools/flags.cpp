@@ -62,6 +62,7 @@ Status Flags::parse(std::span<const std::string_view> args) {
         if (s.name == a) spec = &s;
       }
       if (spec == nullptr) return invalid_argument("unknown flag '" + std::string(a) + "' (see --help)");
+      given_.push_back(spec->name);
       if (!spec->takes_value) {
         if (Status s = spec->set({}); !s.ok()) return s;
         continue;

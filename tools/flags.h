@@ -35,6 +35,13 @@ class Flags {
   /// Parses `args`. Returns kInvalidArgument for bad input; sets help_requested() for -h.
   Status parse(std::span<const std::string_view> args);
   bool help_requested() const noexcept { return help_; }
+  /// True when parse() saw flag `name`.
+  bool given(std::string_view name) const noexcept {
+    for (const std::string& g : given_) {
+      if (g == name) return true;
+    }
+    return false;
+  }
   const std::string& usage() const noexcept { return usage_; }
 
  private:
@@ -52,6 +59,7 @@ class Flags {
   std::vector<Spec> specs_;
   std::vector<Positional> positionals_;
   bool help_ = false;
+  std::vector<std::string> given_;
 };
 
 /// Prints `status` as one line "gearbox COMMAND: message" to stderr and returns `code`.

@@ -1,5 +1,6 @@
-// Text <-> token ids for the CLI, from the SentencePiece model an engine carries in its
-// metadata ("tokenizer.sentencepiece", copied from the checkpoint's tokenizer.model).
+// Text <-> token ids for the CLI, from the tokenizer an engine carries in its metadata:
+// "tokenizer.sentencepiece" (the checkpoint's tokenizer.model) or "tokenizer.hf_json" (its
+// Hugging Face tokenizer.json, for checkpoints that ship no tokenizer.model).
 #pragma once
 
 #include <memory>
@@ -14,12 +15,21 @@ class SentencePieceProcessor;
 
 namespace gearbox::cli {
 
+class HfTokenizer;
+
 class Tokenizer {
  public:
   /// Errors: kNotFound when `model_bytes` is empty (the engine has no tokenizer),
   /// kDataLoss when SentencePiece cannot load it.
   static Result<Tokenizer> from_sentencepiece(const std::string& model_bytes);
+  /// A tokenizer.json of the BPE family (tokenizer_json.h says which features). Errors:
+  /// kNotFound when `json_text` is empty (the engine has no tokenizer), kDataLoss when it
+  /// is malformed, kUnimplemented (naming the field) for a feature gearbox does not implement.
+  static Result<Tokenizer> from_hf_json(const std::string& json_text);
+
+  /// The ids of `text`, without a BOS (the caller adds it).
   Result<std::vector<int64_t>> encode(const std::string& text) const;
+  /// The text of `ids`; special / control tokens are left out.
   Result<std::string> decode(const std::vector<int64_t>& ids) const;
 
   Tokenizer(Tokenizer&&) noexcept;
@@ -28,7 +38,14 @@ class Tokenizer {
 
  private:
   Tokenizer();
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;  // one of the two is set
+  std::unique_ptr<HfTokenizer> hf_;
 };
+
+/// tokenizer.json as `gearbox build` stores it in an engine ("tokenizer.hf_json"): minified,
+/// since a metadata value holds at most 16 MiB (Gemma-3's file is 33 MB as published, about
+/// 13 MB minified). Errors: kDataLoss when it is not valid JSON, kOutOfRange when it is too
+/// large even minified.
+Result<std::string> compact_hf_json(const std::string& json_text);
 
 }  // namespace gearbox::cli

@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -139,6 +141,28 @@ class GEARBOX_API Engine {
   std::shared_ptr<internal::EngineCore> core_;
 };
 
+/// An output whose memory the caller provides once the run knows its shape: how a
+/// framework integration (the ExecuTorch delegate) resizes its own tensors in place.
+struct OutputSink {
+  DataType dtype = DataType::kF32;        ///< element type; must match the binding
+  MemoryKind memory = MemoryKind::kHost;  ///< where the returned pointer lives
+  /// Called once per run, after the profile is chosen and the output's shape inferred,
+  /// before anything is written to it. Returns where the output goes (room for `dims`
+  /// elements of `dtype`), or an error that fails the run.
+  std::function<Result<void*>(const Dims& dims)> prepare;
+};
+
+/// Per-call options of Session::run with OutputSink outputs.
+struct RunOptions {
+  /// The stream to enqueue on; null: the session's own.
+  Stream* stream = nullptr;
+  /// Replaces the session's default request for this call (it still applies only when no
+  /// guard is active). Lets several callers with different defaults share one session.
+  std::optional<ProfileRequest> default_request;
+  /// When set, receives the index of the profile a successful call ran.
+  int32_t* ran_profile = nullptr;
+};
+
 /// Options for a session.
 struct SessionOptions {
   /// The request used when no OptimizationProfileGuard is active on the calling thread.
@@ -166,6 +190,8 @@ class GEARBOX_API Session {
   Status run(std::span<const TensorView> inputs, std::span<Tensor> outputs, Stream* stream = nullptr);
   /// The same with outputs in caller memory (host or device).
   Status run(std::span<const TensorView> inputs, std::span<TensorView> outputs, Stream* stream = nullptr);
+  /// The same with outputs placed by the caller once their shapes are known.
+  Status run(std::span<const TensorView> inputs, std::span<const OutputSink> outputs, const RunOptions& options = {});
 
   /// The profile the last run used (0 before any run).
   int32_t active_profile() const;

@@ -97,6 +97,14 @@ class DeviceBackend {
   virtual Status copy_from_host(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const = 0;
   /// Enqueues a copy of `bytes` from `src` to `dst` (device or host memory) on `stream`.
   virtual Status enqueue_copy(void* dst, const void* src, int64_t bytes, StreamImpl& stream) const = 0;
+  /// Per node, the last node of the launch it runs in (node n itself unless the device fuses
+  /// n with the nodes after it). The memory plan keeps every tensor a launch reads alive
+  /// until the launch's last node, so no output of a fused launch overlaps its inputs.
+  virtual std::vector<size_t> launch_group_ends(const ir::Network& net) const {
+    std::vector<size_t> ends(net.nodes.size());
+    for (size_t n = 0; n < ends.size(); ++n) ends[n] = n;
+    return ends;
+  }
   /// Enqueues the whole network on `stream`.
   virtual Status enqueue_network(const ir::Network& net, const DeviceWeights& weights, NetworkLaunch launch,
                                  StreamImpl& stream) const = 0;

@@ -126,7 +126,7 @@ Status EngineHandle::validate(std::span<const TensorView> inputs, std::span<cons
 }
 
 Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs,
-                             StreamImpl* caller_stream) {
+                             StreamImpl* caller_stream, const ProfileRequest* default_request, int32_t* ran_profile) {
   std::lock_guard<std::mutex> lock(mutex_);
   // 1. Nothing may reconfigure the context while its earlier work runs.
   GEARBOX_RETURN_IF_ERROR(wait_inflight());
@@ -146,13 +146,18 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
                               data_type_name(engine_->outputs()[o].dtype) + ", not " +
                               data_type_name(outputs[o].dtype));
     }
+    if (!outputs[o].prepare) {
+      return invalid_argument("output '" + engine_->outputs()[o].name + "' has no prepare function");
+    }
   }
   // 3. Every input's dims, before anything is switched.
   std::vector<Dims> dims;
   GEARBOX_RETURN_IF_ERROR(check_inputs(inputs, dims));
   // 4. Select.
   ProfileRequest request = OptimizationProfileGuard::current();
-  if (request.kind() == ProfileRequest::Kind::kUnset) request = default_request_;
+  if (request.kind() == ProfileRequest::Kind::kUnset) {
+    request = default_request != nullptr ? *default_request : default_request_;
+  }
   table_.active = context_->profile();
   const ProfileSelection sel = select_profile(table_, request, dims);
   switch (sel.status) {
@@ -216,7 +221,11 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   GEARBOX_RETURN_IF_ERROR(context_->enqueue(stream));
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
   // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
-  if (host_copies.empty()) return mark_inflight(stream);
+  if (host_copies.empty()) {
+    GEARBOX_RETURN_IF_ERROR(mark_inflight(stream));
+    if (ran_profile != nullptr) *ran_profile = sel.profile;
+    return {};
+  }
   size_t host_index = 0;
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].memory != MemoryKind::kHost) continue;
@@ -229,7 +238,9 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     }
   }
   inflight_pending_ = false;
-  return stream.synchronize();
+  GEARBOX_RETURN_IF_ERROR(stream.synchronize());
+  if (ran_profile != nullptr) *ran_profile = sel.profile;
+  return {};
 }
 
 }  // namespace gearbox::internal

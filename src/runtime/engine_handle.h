@@ -27,11 +27,7 @@ namespace gearbox::internal {
 
 /// One output as the execute path sees it: its dtype and memory, and a function that is
 /// given the inferred dims and returns where to write (resizing the caller's tensor).
-struct OutputArg {
-  DataType dtype = DataType::kF32;
-  MemoryKind memory = MemoryKind::kHost;
-  std::function<Result<void*>(const Dims&)> prepare;
-};
+using OutputArg = OutputSink;
 
 /// Test-only failure injection points in execute().
 enum class ExecuteStage { kAfterSwitch, kBeforeEnqueue, kAfterEnqueue };
@@ -43,7 +39,10 @@ class EngineHandle {
   ~EngineHandle();  // waits for in-flight work before freeing anything
 
   /// The execute path. `stream` may be null (the handle's own stream).
-  Status execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs, StreamImpl* stream);
+  /// `default_request`, when given, replaces the handle's default for this call;
+  /// `ran_profile`, when given, receives the profile a successful call ran.
+  Status execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs, StreamImpl* stream,
+                 const ProfileRequest* default_request = nullptr, int32_t* ran_profile = nullptr);
   /// Waits for in-flight work; returns its error.
   Status synchronize();
   /// The profile the context is on.

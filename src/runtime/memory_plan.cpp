@@ -22,11 +22,14 @@ MemoryPlan plan_memory(const ir::Network& net, std::span<const Dims> max_dims, s
   for (const ir::InputSpec& in : net.inputs) bound[static_cast<size_t>(in.tensor)] = true;
   for (int32_t out : net.outputs) bound[static_cast<size_t>(out)] = true;
 
-  // Last node that reads each tensor (a tensor nobody reads dies right after its producer).
+  // Last node that reads each tensor (a tensor nobody reads dies right after its producer),
+  // counted to the end of the launch the reader runs in (a fused chain reads all its
+  // inputs while it writes its outputs).
+  const std::vector<size_t> group_end = device.launch_group_ends(net);
   std::vector<size_t> last_use(tensors, 0);
   for (size_t n = 0; n < net.nodes.size(); ++n) {
-    for (int32_t t : net.nodes[n].outputs) last_use[static_cast<size_t>(t)] = n;
-    for (int32_t t : net.nodes[n].inputs) last_use[static_cast<size_t>(t)] = n;
+    for (int32_t t : net.nodes[n].outputs) last_use[static_cast<size_t>(t)] = group_end[n];
+    for (int32_t t : net.nodes[n].inputs) last_use[static_cast<size_t>(t)] = group_end[n];
   }
 
   // First-fit over the live blocks, ordered by offset.

@@ -93,6 +93,12 @@ Status Session::run(std::span<const TensorView> inputs, std::span<TensorView> ou
   return handle_->execute(inputs, args, stream != nullptr ? stream->impl() : nullptr);
 }
 
+Status Session::run(std::span<const TensorView> inputs, std::span<const OutputSink> outputs,
+                    const RunOptions& options) {
+  return handle_->execute(inputs, outputs, options.stream != nullptr ? options.stream->impl() : nullptr,
+                          options.default_request ? &*options.default_request : nullptr, options.ran_profile);
+}
+
 int32_t Session::active_profile() const { return handle_->active_profile(); }
 Status Session::synchronize() { return handle_->synchronize(); }
 

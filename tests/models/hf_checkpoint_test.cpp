@@ -24,6 +24,7 @@
 #include "models/hf_config.h"
 #include "models/hf_weights.h"
 #include "models/safetensors.h"
+#include "safetensors_writer.h"
 
 namespace gearbox::models {
 namespace {
@@ -33,54 +34,6 @@ using Json = nlohmann::json;
 namespace fs = std::filesystem;
 
 // ---- writing checkpoints ----------------------------------------------------------------------
-
-struct TensorSpec {
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  Bytes data;
-};
-
-Bytes f32_bytes(const std::vector<float>& values) {
-  Bytes out(values.size() * 4);
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
-Bytes u16_bytes(const std::vector<uint16_t>& values) {
-  Bytes out(values.size() * 2);
-  std::memcpy(out.data(), values.data(), out.size());
-  return out;
-}
-
-Bytes pattern_bytes(size_t n, uint8_t seed) {
-  Bytes out(n);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(seed + i * 7);
-  return out;
-}
-
-// A file: the 8-byte little-endian length, `header` verbatim, then `data`.
-Bytes raw_file(const std::string& header, const Bytes& data = {}) {
-  Bytes out(8);
-  const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), data.begin(), data.end());
-  return out;
-}
-
-// A well-formed file holding `tensors` back to back, in the given order.
-Bytes safetensors_file(const std::vector<TensorSpec>& tensors, const Json& metadata = nullptr) {
-  Json header = Json::object();
-  Bytes data;
-  for (const TensorSpec& t : tensors) {
-    header[t.name] = {
-        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {data.size(), data.size() + t.data.size()}}};
-    data.insert(data.end(), t.data.begin(), t.data.end());
-  }
-  if (!metadata.is_null()) header["__metadata__"] = metadata;
-  return raw_file(header.dump(), data);
-}
 
 void write_file(const fs::path& path, const Bytes& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -1,0 +1,156 @@
+"""GearboxPartitioner and the GearboxBackend preprocess for ExecuTorch.
+
+    from executorch.exir import to_edge_transform_and_lower
+    from gearbox.partitioner import GearboxPartitioner, Profile
+
+    seq = torch.export.Dim("seq", min=1, max=512)
+    ep = torch.export.export(model, (tokens, positions), dynamic_shapes=({1: seq}, {1: seq}))
+    partitioner = GearboxPartitioner(profiles=[Profile("decode", 1, 1, 1), Profile("prefill", 1, 128, 512)],
+                                     default_profile="automatic")
+    pte = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch()
+
+The partitioner claims every gearbox op (and the parameters they read) as one partition;
+preprocess lowers it to gearbox's network description and builds the engine whose bytes
+become the delegate blob. The exported `Dim` must span the union of the profiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Callable, Dict, List, Optional, Sequence
+
+import torch
+from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
+from executorch.exir.backend.compile_spec_schema import CompileSpec
+from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
+from executorch.exir.backend.utils import tag_constant_data
+
+from gearbox import backend_id as ids
+from gearbox import lowering
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+    """An optimization profile over the sequence length: min <= opt <= max."""
+
+    name: str
+    min: int
+    opt: int
+    max: int
+
+    def __post_init__(self):
+        if not self.name or ":" in self.name:
+            raise ValueError(f"profile name {self.name!r} must be non-empty and without ':'")
+        if not 1 <= self.min <= self.opt <= self.max:
+            raise ValueError(f"profile {self.name}: need 1 <= min <= opt <= max, got {self.min}, {self.opt}, {self.max}")
+
+
+def _request_spec(default_profile) -> Optional[str]:
+    if default_profile is None:
+        return None
+    if default_profile == "automatic":
+        return "automatic"
+    if isinstance(default_profile, bool):
+        raise TypeError("default_profile cannot be a bool")
+    if isinstance(default_profile, int):
+        if default_profile < 0:
+            raise ValueError("default_profile index must be >= 0")
+        return f"index:{default_profile}"
+    if isinstance(default_profile, str) and default_profile:
+        return f"name:{default_profile}"
+    raise TypeError(f"default_profile must be None, 'automatic', an index or a profile name, not {default_profile!r}")
+
+
+class GearboxPartitioner(Partitioner):
+    """Delegates the gearbox ops of a program to one gearbox engine.
+
+    profiles: the engine's optimization profiles, in index order (names must be unique).
+    default_profile: the request of calls made without a guard: None (profile 0, the
+        TensorRT rule), "automatic", an index, or a profile name.
+    max_context: the KV cache length (default: the largest profile max).
+    context: a key shared by methods that continue one sequence (prefill + decode): their
+        delegate handles share one execution context (KV cache) at run time.
+    device: the device at run time, "auto" (CUDA when present), "cpu" or "cuda".
+    build_device: the device the tactics are timed on at export ("cpu" here; an engine
+        loaded on another device tunes there on first load).
+    metadata: string pairs stored in the engine (e.g. Gemma3.metadata(): vocab, tokens).
+    claim: which gearbox-op nodes this partitioner takes (default: all); e.g. those of one
+        submodule, so that two partitioners give one method two engines.
+    """
+
+    def __init__(self, profiles: Sequence[Profile], default_profile=None, max_context: Optional[int] = None,
+                 context: Optional[str] = None, device: str = "auto", build_device: str = "cpu",
+                 metadata: Optional[Dict[str, str]] = None, claim: Optional[Callable] = None):
+        super().__init__()
+        profiles = [p if isinstance(p, Profile) else Profile(*p) for p in profiles]
+        if not profiles:
+            raise ValueError("at least one profile is needed")
+        names = [p.name for p in profiles]
+        if len(set(names)) != len(names):
+            raise ValueError(f"profile names must be unique: {names}")
+        request = _request_spec(default_profile)
+        if request and request.startswith("name:") and request[5:] not in names:
+            raise ValueError(f"default_profile {default_profile!r} is not one of {names}")
+        if request and request.startswith("index:") and int(request[6:]) >= len(profiles):
+            raise ValueError(f"default_profile index {default_profile} is past the {len(profiles)} profiles")
+        if device not in ("auto", "cpu", "cuda") or build_device not in ("cpu", "cuda"):
+            raise ValueError("device must be auto, cpu or cuda; build_device cpu or cuda")
+        self.profiles = profiles
+        self.claim = claim
+        self.max_context = max_context or max(p.max for p in profiles)
+        if self.max_context < max(p.max for p in profiles):
+            raise ValueError(f"max_context {self.max_context} is below the largest profile max")
+        specs = [CompileSpec(ids.SPEC_BUILD_PROFILES, json.dumps([[p.name, p.min, p.opt, p.max] for p in profiles]).encode()),
+                 CompileSpec(ids.SPEC_BUILD_DEVICE, build_device.encode()),
+                 CompileSpec(ids.SPEC_BUILD_PREFIX + "max_context", str(self.max_context).encode()),
+                 CompileSpec(ids.SPEC_BUILD_PREFIX + "metadata", json.dumps(metadata or {}).encode()),
+                 CompileSpec(ids.SPEC_DEVICE, device.encode())]
+        if request:
+            specs.append(CompileSpec(ids.SPEC_DEFAULT_PROFILE, request.encode()))
+        if context:
+            specs.append(CompileSpec(ids.SPEC_CONTEXT, context.encode()))
+        self.delegation_spec = DelegationSpec(ids.BACKEND_ID, specs)
+
+    @property
+    def seq_range(self):
+        """(min, max) of the sequence over the union of the profiles: the exported Dim."""
+        return min(p.min for p in self.profiles), max(p.max for p in self.profiles)
+
+    def partition(self, exported_program) -> PartitionResult:
+        tag = "gearbox_0"
+        claimed = 0
+        for node in exported_program.graph_module.graph.nodes:
+            if (node.op == "call_function" and lowering.gearbox_op_name(node.target) is not None
+                    and "delegation_tag" not in node.meta and (self.claim is None or self.claim(node))):
+                node.meta["delegation_tag"] = tag
+                claimed += 1
+        tags: Dict[str, DelegationSpec] = {}
+        if claimed:
+            tag_constant_data(exported_program)
+            tags[tag] = self.delegation_spec
+        return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+
+def _spec(compile_specs: List[CompileSpec], key: str, default=None) -> Optional[str]:
+    for s in compile_specs:
+        if s.key == key:
+            return bytes(s.value).decode()
+    return default
+
+
+class GearboxBackend(BackendDetails):
+    """preprocess: the claimed subgraph -> network description -> `gearbox build` -> the
+    engine file bytes (the delegate blob)."""
+
+    @staticmethod
+    def preprocess(edge_program, compile_specs: List[CompileSpec]) -> PreprocessResult:
+        profiles = [tuple(p) for p in json.loads(_spec(compile_specs, ids.SPEC_BUILD_PROFILES))]
+        max_context = int(_spec(compile_specs, ids.SPEC_BUILD_PREFIX + "max_context"))
+        device = _spec(compile_specs, ids.SPEC_BUILD_DEVICE, "cpu")
+        metadata = json.loads(_spec(compile_specs, ids.SPEC_BUILD_PREFIX + "metadata", "{}"))
+        desc, weights = lowering.describe(edge_program, max_context, metadata)
+        return PreprocessResult(processed_bytes=lowering.build_engine(desc, weights, profiles, device))
+
+
+assert GearboxBackend.__name__ == ids.BACKEND_ID

@@ -1,0 +1,15 @@
+# cmake -DFIRST="a;b;c" -DSECOND="d;e;f" -P same_output.cmake
+# Runs two commands; both must exit 0 and print the same non-empty text on stdout.
+execute_process(COMMAND ${FIRST} RESULT_VARIABLE rc1 OUTPUT_VARIABLE out1 ERROR_VARIABLE err1)
+execute_process(COMMAND ${SECOND} RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
+if(NOT rc1 EQUAL 0 OR NOT rc2 EQUAL 0)
+  message(FATAL_ERROR "exit codes ${rc1} and ${rc2}, expected 0:\n${out1}${err1}\n${out2}${err2}")
+endif()
+string(STRIP "${out1}" text)
+if(text STREQUAL "")
+  message(FATAL_ERROR "the first command printed no text:\n${out1}${err1}")
+endif()
+if(NOT out1 STREQUAL out2)
+  message(FATAL_ERROR "the outputs differ:\n[${out1}]\n[${out2}]")
+endif()
+message("both print: ${out1}")
