@@ -4,6 +4,9 @@
 # BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, devices_gpu_test, cuda_kernels_bench (and
 # lib/ with shared libraries they need); OUT_DIR receives logs and JSON. Needs python3
 # with torch and transformers for the HF comparison on the Gemma-3-1B shape.
+# With GEARBOX_PTE_DIR (programs and reference.json from tests/executorch/
+# make_test_programs.py) and delegate_test, multi_profile_main, multi_profile_benchmark in
+# BIN_DIR, the ExecuTorch delegate runs on the CUDA device too.
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -27,7 +30,7 @@ check "$bin/cuda_engine_test"
 step "compute-sanitizer"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_brief=1 >"$out/memcheck.log" 2>&1
 tail -n 3 "$out/memcheck.log"
-check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
+check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*:*HeadNormRope*:*NormAddNorm*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
 tail -n 3 "$out/racecheck.log"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_engine_test" --gtest_brief=1 >"$out/memcheck_engine.log" 2>&1
 tail -n 1 "$out/memcheck_engine.log"
@@ -52,8 +55,21 @@ python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$ou
 
 step "benchmarks"
 check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json"
+# The same engine with the fused chains off (kernels_fused.cu): what fusion buys.
+check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
 check "$gearbox" bench "$work/mini_cuda.gbx" --device cuda --json "$out/bench_mini.json"
 check "$bin/cuda_kernels_bench" >"$out/cuda_kernels_bench.log" 2>&1
 tail -n 30 "$out/cuda_kernels_bench.log"
+if [[ -n "${GEARBOX_PTE_DIR:-}" && -x "$bin/delegate_test" ]]; then
+  step "ExecuTorch delegate on the CUDA device"
+  check env GEARBOX_TEST_PROGRAMS="$GEARBOX_PTE_DIR" GEARBOX_DEVICE=cuda GEARBOX_TEST_TOLERANCE=${GEARBOX_DELEGATE_TOLERANCE:-2e-4} \
+    "$bin/delegate_test" --gtest_filter="${GEARBOX_DELEGATE_FILTER:-*}" --gtest_brief=1
+  check "$bin/multi_profile_main" "$GEARBOX_PTE_DIR/mini.pte"
+  check "$bin/multi_profile_main" "$GEARBOX_PTE_DIR/mini_pd.pte" --method prefill
+  check "$bin/multi_profile_benchmark" "$GEARBOX_PTE_DIR/mini.pte" --prompt-len 32 --decode-steps 32 --rounds 10
+  check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/multi_profile_main" "$GEARBOX_PTE_DIR/mini.pte" \
+    >"$out/memcheck_delegate.log" 2>&1
+  tail -n 2 "$out/memcheck_delegate.log"
+fi
 rm -rf "$work"
 exit $status

@@ -4,13 +4,17 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "core/check.h"
 #include "core/log.h"
+#include "devices/cuda/capture_lock.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
 #include "ir/shape_inference.h"
@@ -107,6 +111,7 @@ cudaStream_t native(StreamImpl& s) { return static_cast<CudaStream&>(s).get(); }
 class CudaWeights final : public DeviceWeights {
  public:
   ~CudaWeights() override {
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (base != nullptr) (void)cudaFree(base);
   }
   int64_t bytes() const noexcept override { return size; }
@@ -121,6 +126,12 @@ struct CapturedGraph {
   std::vector<void*> key;  // the addresses the graph was captured with
 };
 
+// One launch of the network: a single node, or a fused chain of nodes (see plan_steps).
+struct Step {
+  enum Kind { kSingle, kHeadNormRope, kNormAddNorm } kind = kSingle;
+  std::vector<size_t> nodes;
+};
+
 class CudaContextState final : public DeviceContextState {
  public:
   ~CudaContextState() override {
@@ -130,6 +141,9 @@ class CudaContextState final : public DeviceContextState {
   }
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   std::vector<CapturedGraph> graphs;  // per profile
+  // The network's steps (fused chains and single nodes), planned on first use.
+  std::vector<Step> steps;
+  const Network* steps_for = nullptr;
   // cuBLASLt heuristics per (M, N, K, type), so a call needs no host-side query.
   std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
 
@@ -262,16 +276,141 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
   return internal_error("unknown op kind in node " + node.name);
 }
 
-Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream) {
+// ---- fused chains ---------------------------------------------------------------------------------
+// The decode step is launch-bound (hundreds of small kernels), so chains of row-local ops
+// run as one kernel each (kernels_fused.cu), decided per network from its structure:
+//   kHeadNormRope: [rms_norm(q, per head), rms_norm(k, per head), rope(q'), rope(k')], or
+//                  one [rms_norm, rope] pair, whose norm outputs feed only their rope
+//   kNormAddNorm:  [rms_norm(x), add(residual, x'), rms_norm(sum)] or without the last norm,
+//                  whose first norm output feeds only the add
+// Intermediates inside a chain are not written. The memory plan keeps every tensor a chain
+// reads alive until the chain's last node (launch_group_ends), so a fused launch never
+// writes over what another of its nodes still reads. GEARBOX_CUDA_FUSION=0 turns fusion
+// off (for measuring it; docs/PERFORMANCE.md).
+
+bool fusion_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("GEARBOX_CUDA_FUSION");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
+
+std::vector<Step> plan_steps(const Network& net) {
+  std::vector<int> readers(net.tensors.size(), 0);
+  for (const Node& node : net.nodes) {
+    for (int32_t t : node.inputs) ++readers[static_cast<size_t>(t)];
+  }
+  for (int32_t t : net.outputs) ++readers[static_cast<size_t>(t)];
+  auto node = [&](size_t i) -> const Node* { return i < net.nodes.size() ? &net.nodes[i] : nullptr; };
+  auto only_reader_is = [&](const Node& producer, const Node* consumer, size_t input) {
+    return consumer != nullptr && readers[static_cast<size_t>(producer.outputs[0])] == 1 &&
+           consumer->inputs.size() > input && consumer->inputs[input] == producer.outputs[0];
+  };
+  auto wtype = [&](const Node& n) { return net.weights[static_cast<size_t>(n.weights[0])].dtype; };
+  auto same_norm = [&](const Node& a, const Node& b) {
+    return a.attrs.eps == b.attrs.eps && a.attrs.weight_offset == b.attrs.weight_offset &&
+           a.attrs.head_dim == b.attrs.head_dim && wtype(a) == wtype(b);
+  };
+  auto head_norm = [](const Node* n) {
+    return n != nullptr && n->kind == OpKind::kRmsNorm && n->attrs.head_dim > 0 && n->attrs.head_dim % 2 == 0 &&
+           n->attrs.head_dim <= 1024;
+  };
+  auto row_norm = [](const Node* n) { return n != nullptr && n->kind == OpKind::kRmsNorm && n->attrs.head_dim == 0; };
+  auto rope_of = [&](const Node& norm, const Node* rope) {
+    return rope != nullptr && rope->kind == OpKind::kRope && rope->attrs.head_dim == norm.attrs.head_dim &&
+           only_reader_is(norm, rope, 0);
+  };
+
+  std::vector<Step> steps;
+  const bool fuse = fusion_enabled();
+  for (size_t i = 0; i < net.nodes.size();) {
+    const Node* a = node(i);
+    const Node *b = node(i + 1), *c = node(i + 2), *d = node(i + 3);
+    if (fuse && head_norm(a) && head_norm(b) && same_norm(*a, *b) && rope_of(*a, c) && rope_of(*b, d) &&
+        c->inputs[1] == d->inputs[1]) {
+      steps.push_back({Step::kHeadNormRope, {i, i + 1, i + 2, i + 3}});
+      i += 4;
+    } else if (fuse && head_norm(a) && rope_of(*a, b)) {
+      steps.push_back({Step::kHeadNormRope, {i, i + 1}});
+      i += 2;
+    } else if (fuse && row_norm(a) && b != nullptr && b->kind == OpKind::kAdd &&
+               (only_reader_is(*a, b, 1) || only_reader_is(*a, b, 0))) {
+      if (row_norm(c) && same_norm(*a, *c) && c->inputs[0] == b->outputs[0]) {
+        steps.push_back({Step::kNormAddNorm, {i, i + 1, i + 2}});
+        i += 3;
+      } else {
+        steps.push_back({Step::kNormAddNorm, {i, i + 1}});
+        i += 2;
+      }
+    } else {
+      steps.push_back({Step::kSingle, {i}});
+      i += 1;
+    }
+  }
+  return steps;
+}
+
+Status run_fused(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
+                 cudaStream_t stream) {
+  auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
+  auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
+  const Node& first = net.nodes[step.nodes[0]];
+  const ir::OpAttrs& norm = first.attrs;
+  return by_weight_type(weights.type[static_cast<size_t>(first.weights[0])], [&](auto tag) -> Status {
+    using W = decltype(tag);
+    if (step.kind == Step::kHeadNormRope) {
+      const size_t pairs = step.nodes.size() / 2;
+      cuda::HeadNormRope<W> parts[2];
+      const Node& rope0 = net.nodes[step.nodes[pairs]];
+      const Dims& x0 = a.dims[static_cast<size_t>(rope0.inputs[0])];
+      for (size_t p = 0; p < pairs; ++p) {
+        const Node& nn = net.nodes[step.nodes[p]];
+        const Node& rope = net.nodes[step.nodes[pairs + p]];
+        parts[p] = {static_cast<const float*>(tensor(nn.inputs[0])),
+                    static_cast<const W*>(weight(nn)),
+                    static_cast<float*>(tensor(rope.outputs[0])),
+                    rope.attrs.heads,
+                    rope.attrs.theta,
+                    rope.attrs.scale};
+      }
+      const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
+      return cuda_check(
+          cuda::head_norm_rope<W>(parts, static_cast<int>(pairs), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
+                                  norm.head_dim, norm.eps, norm.weight_offset, nullptr, stream),
+          "rms_norm + rope (fused)");
+    }
+    const Node& add = net.nodes[step.nodes[1]];
+    const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
+    const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
+    const int64_t dim = x[x.rank() - 1];
+    const Node* next = step.nodes.size() == 3 ? &net.nodes[step.nodes[2]] : nullptr;
+    return cuda_check(
+        cuda::norm_add_norm<W>(static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
+                               static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
+                               next != nullptr ? static_cast<const W*>(weight(*next)) : nullptr,
+                               next != nullptr ? static_cast<float*>(tensor(next->outputs[0])) : nullptr,
+                               x.volume() / dim, dim, norm.eps, norm.weight_offset, stream),
+        "rms_norm + add + rms_norm (fused)");
+  });
+}
+
+Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
+               const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
-  for (size_t n = 0; n < net.nodes.size(); ++n) {
-    Status s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream);
+  for (const Step& step : steps) {
+    const size_t n = step.nodes[0];
+    Status s = step.kind == Step::kSingle ? run_cuda_node(net, weights, n, launch.tactics[n], args, stream)
+                                          : run_fused(net, weights, step, args, stream);
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }
   return {};
 }
 
-void cuda_free(void* p) { (void)cudaFree(p); }
+void cuda_free(void* p) {
+  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+  (void)cudaFree(p);
+}
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -336,6 +475,7 @@ class CudaBackend final : public DeviceBackend {
                                                         std::span<const uint8_t> payload) const override {
     auto w = std::make_shared<CudaWeights>();
     w->size = static_cast<int64_t>(payload.size());
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     const cudaError_t err = cudaMalloc(&w->base, std::max<size_t>(payload.size(), 1));
     if (err == cudaErrorMemoryAllocation) {
       return resource_exhausted("not enough GPU memory for " + std::to_string(payload.size()) + " bytes of weights");
@@ -351,6 +491,7 @@ class CudaBackend final : public DeviceBackend {
 
   Result<DeviceBuffer> allocate(int64_t bytes) const override {
     void* p = nullptr;
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)));
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -386,12 +527,25 @@ class CudaBackend final : public DeviceBackend {
                       "cudaMemcpyAsync");
   }
 
+  std::vector<size_t> launch_group_ends(const Network& net) const override {
+    std::vector<size_t> ends(net.nodes.size());
+    for (const Step& step : plan_steps(net)) {
+      for (size_t n : step.nodes) ends[n] = step.nodes.back();
+    }
+    return ends;
+  }
+
   Status enqueue_network(const Network& net, const DeviceWeights& weights, NetworkLaunch launch,
                          StreamImpl& stream) const override {
     const auto& w = static_cast<const CudaWeights&>(weights);
     const cudaStream_t s = native(stream);
     auto* state = static_cast<CudaContextState*>(launch.context);
-    if (!launch.static_shapes || state == nullptr) return run_all(net, w, launch, s);
+    if (state == nullptr) return run_all(net, w, launch, s, plan_steps(net));
+    if (state->steps_for != &net) {
+      state->steps = plan_steps(net);
+      state->steps_for = &net;
+    }
+    if (!launch.static_shapes) return run_all(net, w, launch, s, state->steps);
     // A static-shape profile: replay the graph captured with these addresses, or capture.
     CapturedGraph& g = state->graphs[static_cast<size_t>(launch.profile)];
     std::vector<void*> key = launch.tensors;
@@ -402,8 +556,9 @@ class CudaBackend final : public DeviceBackend {
         GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
         g.exec = nullptr;
       }
+      const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
       GEARBOX_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      Status launched = run_all(net, w, launch, s);
+      Status launched = run_all(net, w, launch, s, state->steps);
       cudaGraph_t graph = nullptr;
       const cudaError_t ended = cudaStreamEndCapture(s, &graph);
       if (!launched.ok()) {
@@ -422,6 +577,7 @@ class CudaBackend final : public DeviceBackend {
   Status run_node(const Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
                   const NodeArgs& args) const override {
     // Synchronous: the builder times it with a host clock.
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr));
     return cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
@@ -431,6 +587,11 @@ class CudaBackend final : public DeviceBackend {
 };
 
 }  // namespace
+
+std::mutex& cuda_capture_mutex() {
+  static std::mutex* mutex = new std::mutex();  // never destroyed: frees may run at exit
+  return *mutex;
+}
 
 Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
   static const Result<std::shared_ptr<const DeviceBackend>> backend =

@@ -8,9 +8,11 @@
 
 #include <cstdint>
 #include <limits>
+#include <mutex>
 #include <string>
 #include <utility>
 
+#include "devices/cuda/capture_lock.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
@@ -144,7 +146,9 @@ Result<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
   const cublasStatus_t status = cublasLtCreate(&handle);
   if (status != CUBLAS_STATUS_SUCCESS) return cublas_error(status, "cublasLtCreate(&handle)", __LINE__);
   void* workspace = nullptr;
+  std::unique_lock<std::mutex> lock(internal::cuda_capture_mutex());
   const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
+  lock.unlock();
   if (err != cudaSuccess) {
     (void)cublasLtDestroy(handle);
     if (err == cudaErrorMemoryAllocation) {
@@ -158,6 +162,7 @@ Result<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
 
 CublasLtGemm::~CublasLtGemm() {
   // A destructor cannot report: a failure here means the context is already gone.
+  const std::lock_guard<std::mutex> lock(internal::cuda_capture_mutex());
   (void)cudaFree(workspace_);
   (void)cublasLtDestroy(handle_);
 }

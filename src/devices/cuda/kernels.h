@@ -144,4 +144,32 @@ cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_
 template <typename W>
 cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream);
 
+// ---- fused chains (the CUDA device's decode path; each equals its unfused sequence) ----------
+/// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk
+/// with w [head_dim] (RMSNorm, as rms_norm), then rotated as rope() with theta and
+/// position_scale; y may alias x.
+template <typename W>
+struct HeadNormRope {
+  const float* x;
+  const W* w;
+  float* y;
+  int64_t heads;
+  float theta;
+  float position_scale;
+};
+/// rms_norm(head_dim) + rope for up to two tensors (q and k) of one layer in one launch: one
+/// warp per (token, head). head_dim even, <= 1024; eps and offset are the norms'. A negative
+/// position poisons its rows with NaN and sets *error_flag, as rope() does.
+template <typename W>
+cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
+                           int64_t head_dim, float eps, float offset, int* error_flag, cudaStream_t stream);
+
+/// The residual step around a Gemma sublayer, per row of `dim`:
+///   sum = residual + rms_norm(x, w_post)           (the post-norm and the residual add)
+///   y   = rms_norm(sum, w_next)                    (the next pre-norm; skipped when w_next is null)
+/// x, residual, sum, y [rows, dim]; sum may alias residual, y may alias x. One block per row.
+template <typename W>
+cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
+                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream);
+
 }  // namespace gearbox::cuda

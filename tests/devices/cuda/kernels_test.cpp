@@ -456,6 +456,139 @@ TEST_F(CudaKernels, RopeNegativePositionPoisonsItsRowAndSetsTheFlag) {
       << "odd head_dim";
 }
 
+// ---- fused chains ---------------------------------------------------------------------------------------
+
+/// Slack for RoPE: the f32 angle may differ by an ulp of inv_freq (see RopeMatchesCpu...).
+std::vector<double> rope_slack(const std::vector<float>& x, const std::vector<int64_t>& pos, int64_t heads,
+                               int64_t hd) {
+  std::vector<double> slack(x.size());
+  for (size_t t = 0; t < pos.size(); ++t) {
+    for (int64_t e = 0; e < heads * hd; ++e) {
+      const size_t base = t * static_cast<size_t>(heads * hd) + static_cast<size_t>(e / hd * hd);
+      const auto i = static_cast<size_t>(e % hd % (hd / 2));
+      slack[t * static_cast<size_t>(heads * hd) + static_cast<size_t>(e)] =
+          2.5e-7 * static_cast<double>(pos[t]) * 4.0 * (std::abs(x[base + i]) + std::abs(x[base + i + hd / 2]));
+    }
+  }
+  return slack;
+}
+
+TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
+  for (DataType type : kWeightTypes) {
+    for (int64_t hd : {2, 6, 80, 256, 1024}) {  // 1024: threads loop over the rotation pairs
+      for (int64_t T : {1, 3, 17}) {
+        for (bool in_place : {false, true}) {
+          const int64_t q_heads = 4, k_heads = T == 3 ? 3 : 1;  // GQA; T == 3: odd head counts
+          const std::vector<float> q = random_floats(T * q_heads * hd, 11, -3.0f, 3.0f);
+          const std::vector<float> k = random_floats(T * k_heads * hd, 12, -3.0f, 3.0f);
+          const Weights wq = make_weights(type, random_floats(hd, 13)), wk = make_weights(type, random_floats(hd, 14));
+          const std::vector<int64_t> pos = iota(in_place ? 500 : 0, T);
+          Indices d_pos(true, pos);
+          Floats d_q(q), d_k(k);
+          Floats yq = Floats::poisoned(q.size()), yk = Floats::poisoned(k.size());
+          DeviceBuffer<uint8_t> d_wq(wq.bytes), d_wk(wk.bytes);
+          float* out_q = in_place ? d_q.get() : yq.get();
+          float* out_k = in_place ? d_k.get() : yk.get();
+          ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                      using W = decltype(tag);
+                      const cuda::HeadNormRope<W> parts[2] = {
+                          {d_q.get(), weight_ptr<W>(d_wq, 0), out_q, q_heads, 1e4f, 1.0f},
+                          {d_k.get(), weight_ptr<W>(d_wk, 0), out_k, k_heads, 1e6f, 1.0f}};
+                      return cuda::head_norm_rope<W>(parts, 2, d_pos.get(), true, T, hd, 1e-6f, 1.0f, flag(), stream_);
+                    }));
+          EXPECT_EQ(take_flag(), 0);
+          auto reference = [&](const std::vector<float>& x, const Weights& w, int64_t heads, float theta) {
+            std::vector<float> normed(x.size()), want(x.size());
+            cpu::rms_norm(x.data(), w.rounded.data(), normed.data(), T * heads, hd, 1e-6f, 1.0f);
+            EXPECT_TRUE(cpu::rope(normed.data(), pos.data(), DataType::kI64, want.data(), T, heads, hd, theta).ok());
+            return std::make_pair(want, rope_slack(normed, pos, heads, hd));
+          };
+          const auto [want_q, slack_q] = reference(q, wq, q_heads, 1e4f);
+          const auto [want_k, slack_k] = reference(k, wk, k_heads, 1e6f);
+          const std::string what = std::string("head_norm_rope ") + data_type_name(type) + " " +
+                                   shape({{"hd", hd}, {"T", T}, {"in_place", in_place}});
+          EXPECT_TRUE(close(what + " q", in_place ? d_q.download() : yq.download(), want_q, {}, slack_q));
+          EXPECT_TRUE(close(what + " k", in_place ? d_k.download() : yk.download(), want_k, {}, slack_k));
+          EXPECT_TRUE(yq.guard_intact() && yk.guard_intact() && d_q.guard_intact() && d_k.guard_intact()) << what;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, HeadNormRopeWithAPositionScaleEqualsTheUnfusedKernels) {
+  const int64_t T = 5, heads = 4, hd = 256;
+  const std::vector<float> x = random_floats(T * heads * hd, 17, -2.0f, 2.0f);
+  Floats d_x(x), w(random_floats(hd, 18)), fused = Floats::poisoned(x.size()), normed = Floats::poisoned(x.size()),
+                                           unfused = Floats::poisoned(x.size());
+  Indices pos(true, {0, 9, 300, 2047, 8191});
+  const cuda::HeadNormRope<float> part{d_x.get(), w.get(), fused.get(), heads, 1e6f, 0.125f};
+  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), true, T, hd, 1e-6f, 1.0f, nullptr, stream_));
+  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_x.get(), w.get(), normed.get(), T * heads, hd, 1e-6f, 1.0f, stream_));
+  ASSERT_EQ(cudaSuccess,
+            cuda::rope(normed.get(), pos.get(), true, unfused.get(), T, heads, hd, 1e6f, 0.125f, nullptr, stream_));
+  sync();
+  EXPECT_TRUE(
+      close("head_norm_rope vs rms_norm + rope, scale 0.125", fused.download(), unfused.download(), {1e-6, 1e-5}));
+}
+
+TEST_F(CudaKernels, HeadNormRopeNegativePositionPoisonsItsRowsAndBadShapesAreRejected) {
+  const int64_t hd = 8, T = 2;
+  Floats x(random_floats(T * hd, 15)), y = Floats::poisoned(T * hd), w(random_floats(hd, 16));
+  Indices pos(false, {3, -1});
+  const cuda::HeadNormRope<float> part{x.get(), w.get(), y.get(), 1, 1e4f, 1.0f};
+  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, hd, 1e-6f, 0.0f, flag(), stream_));
+  EXPECT_EQ(take_flag(), 1);
+  const std::vector<float> got = y.download();
+  for (int64_t i = 0; i < hd; ++i) {
+    EXPECT_TRUE(std::isfinite(got[static_cast<size_t>(i)]));
+    EXPECT_TRUE(std::isnan(got[static_cast<size_t>(hd + i)]));
+  }
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::head_norm_rope<float>(&part, 3, pos.get(), false, T, hd, 1e-6f, 0.0f, nullptr,
+                                                               stream_));  // too many parts
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, 7, 1e-6f, 0.0f, nullptr, stream_));  // odd
+}
+
+TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
+  for (DataType type : kWeightTypes) {
+    for (int64_t dim : {1, 7, 320, 1152, 2305, 8200}) {
+      for (int64_t rows : {1, 5}) {
+        for (int variant : {0, 1, 2}) {  // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm
+          const std::vector<float> x = random_floats(rows * dim, 21, -4.0f, 4.0f);
+          const std::vector<float> r = random_floats(rows * dim, 22, -8.0f, 8.0f);
+          const Weights w1 = make_weights(type, random_floats(dim, 23)),
+                        w2 = make_weights(type, random_floats(dim, 24));
+          Floats d_x(x), d_r(r), sum = Floats::poisoned(x.size()), y = Floats::poisoned(x.size());
+          DeviceBuffer<uint8_t> d_w1(w1.bytes), d_w2(w2.bytes);
+          float* sum_out = variant == 1 ? d_r.get() : sum.get();
+          float* y_out = variant == 1 ? d_x.get() : y.get();
+          ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                      using W = decltype(tag);
+                      return cuda::norm_add_norm<W>(d_x.get(), weight_ptr<W>(d_w1, 0), d_r.get(), sum_out,
+                                                    variant == 2 ? nullptr : weight_ptr<W>(d_w2, 0),
+                                                    variant == 2 ? nullptr : y_out, rows, dim, 1e-6f, 1.0f, stream_);
+                    }));
+          sync();
+          std::vector<float> normed(x.size()), want_sum(x.size()), want_y(x.size());
+          cpu::rms_norm(x.data(), w1.rounded.data(), normed.data(), rows, dim, 1e-6f, 1.0f);
+          cpu::add(r.data(), normed.data(), want_sum.data(), rows * dim);
+          cpu::rms_norm(want_sum.data(), w2.rounded.data(), want_y.data(), rows, dim, 1e-6f, 1.0f);
+          const std::string what = std::string("norm_add_norm ") + data_type_name(type) + " " +
+                                   shape({{"dim", dim}, {"rows", rows}, {"variant", variant}});
+          EXPECT_TRUE(close(what + " sum", variant == 1 ? d_r.download() : sum.download(), want_sum));
+          if (variant != 2) {
+            EXPECT_TRUE(close(what + " y", variant == 1 ? d_x.download() : y.download(), want_y));
+          } else {
+            EXPECT_TRUE(std::isnan(y.download()[0])) << what << ": y untouched without a next norm";
+          }
+          EXPECT_TRUE(sum.guard_intact() && y.guard_intact() && d_x.guard_intact() && d_r.guard_intact()) << what;
+        }
+      }
+    }
+  }
+}
+
 // ---- KV cache write --------------------------------------------------------------------------------------
 
 TEST_F(CudaKernels, KvCacheWriteCopiesRowsAndFlagsBadPositions) {

@@ -1,0 +1,242 @@
+// Fused chains of the CUDA device, for the decode step where launches, not bytes, cost:
+//
+//   head_norm_rope  per-head RMSNorm then RoPE, for q and k of one layer in one launch
+//   norm_add_norm   post-norm + residual add + the next pre-norm, one pass over a row
+//
+// Each computes what its unfused sequence computes (same order of operations per element;
+// the RMS sums are reduced in a different order), so the engine's results do not depend
+// on whether a chain was fused (tests/devices/cuda/kernels_test.cpp checks both against
+// the CPU kernels).
+#include <math_constants.h>
+
+#include <cstdint>
+
+#include "devices/cuda/kernels.h"
+
+namespace gearbox::cuda {
+namespace {
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
+  return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);  // as rms_norm and the CPU
+}
+
+__device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
+}
+
+// ---- head_norm_rope ----------------------------------------------------------------------------
+
+constexpr int kHeadThreads = 128;  // one rotation pair (i, i + half) per thread, looping past 128
+constexpr int kMaxParts = 2;
+
+template <typename W>
+struct Parts {
+  HeadNormRope<W> p[kMaxParts];
+  int64_t first_block[kMaxParts + 1];  // blocks before part i: T * heads of the earlier parts
+};
+
+__device__ __forceinline__ float block_sum_128(float v, float* shared) {
+  const int tid = static_cast<int>(threadIdx.x);
+  v = warp_sum(v);
+  if (tid % 32 == 0) shared[tid / 32] = v;
+  __syncthreads();
+  return shared[0] + shared[1] + shared[2] + shared[3];
+}
+
+/// grid: one block of 128 threads per (part, token, head). The inverse frequencies (a
+/// double-precision pow each, see rope_kernel) are computed before the RMS reduction so
+/// that their latency overlaps it; a decode step has only a few heads to spread over.
+template <typename W>
+__global__ void __launch_bounds__(kHeadThreads)
+    head_norm_rope_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int64_t T, int head_dim,
+                          float eps, float offset, int* error_flag) {
+  __shared__ float sums[kHeadThreads / 32];
+  const int64_t block = blockIdx.x;
+  // Two parts at most, chosen without a dynamic index (which would copy the parameters
+  // to local memory).
+  const bool second = count == 2 && block >= parts.first_block[1];
+  const HeadNormRope<W> P = second ? parts.p[1] : parts.p[0];
+  const int64_t local = block - (second ? parts.first_block[1] : 0);
+  const int64_t t = local / P.heads;
+  const int64_t h = local % P.heads;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int half = head_dim / 2;
+  const float* x = P.x + (t * P.heads + h) * head_dim;
+  float* y = P.y + (t * P.heads + h) * head_dim;
+  const int64_t pos = index_at(positions, pos_i64, t);
+
+  float sum = 0.0f;
+  for (int i = tid; i < head_dim; i += kHeadThreads) sum += x[i] * x[i];
+  // Every thread's reads of x precede the barrier inside block_sum_128: y may be x below.
+  const float inv_rms = inverse_rms(block_sum_128(sum, sums), head_dim, eps);
+
+  if (pos < 0) {
+    if (tid == 0 && h == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
+    for (int i = tid; i < head_dim; i += kHeadThreads) y[i] = CUDART_NAN_F;
+    return;
+  }
+  for (int i = tid; i < half; i += kHeadThreads) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float power = static_cast<float>(pow(static_cast<double>(P.theta), static_cast<double>(exponent)));
+    const float inv_freq = 1.0f / power;
+    const float angle = static_cast<float>(pos) * P.position_scale * inv_freq;
+    float sn = 0.0f;
+    float cs = 0.0f;
+    sincosf(angle, &sn, &cs);
+    // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
+    const float a = x[i] * inv_rms * (to_f32(P.w[i]) + offset);
+    const float b = x[i + half] * inv_rms * (to_f32(P.w[i + half]) + offset);
+    y[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
+    y[i + half] = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+  }
+}
+
+// ---- norm_add_norm -----------------------------------------------------------------------------
+
+constexpr int kRowThreads = 256;      // the looping kernel, any dim
+constexpr int kCachedThreads = 1024;  // the register-cached kernel, dim <= 1024 * kCachedPer
+constexpr int kCachedPer = 8;
+
+template <int kThreads>
+__device__ __forceinline__ float block_sum(float v, float* shared) {
+  const int tid = static_cast<int>(threadIdx.x);
+  v = warp_sum(v);
+  if (tid % 32 == 0) shared[tid / 32] = v;
+  __syncthreads();
+  if (tid < 32) {
+    float s = tid < kThreads / 32 ? shared[tid] : 0.0f;
+    s = warp_sum(s);
+    if (tid == 0) shared[kThreads / 32] = s;
+  }
+  __syncthreads();
+  return shared[kThreads / 32];
+}
+
+/// grid: rows blocks of 1024 threads; thread i holds elements i, i + 1024, ... (at most 8)
+/// in registers: every load is issued up front and nothing is read twice.
+template <typename W>
+__global__ void __launch_bounds__(kCachedThreads)
+    norm_add_norm_cached_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
+                                float* y, int dim, float eps, float offset) {
+  __shared__ float reduce1[kCachedThreads / 32 + 1];
+  __shared__ float reduce2[kCachedThreads / 32 + 1];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float xv[kCachedPer], rv[kCachedPer], g1[kCachedPer], g2[kCachedPer];
+#pragma unroll
+  for (int k = 0; k < kCachedPer; ++k) {
+    const int i = tid + k * kCachedThreads;
+    const bool in = i < dim;
+    xv[k] = in ? x[base + i] : 0.0f;
+    rv[k] = in ? residual[base + i] : 0.0f;
+    g1[k] = in ? to_f32(w_post[i]) : 0.0f;
+    g2[k] = in && w_next != nullptr ? to_f32(w_next[i]) : 0.0f;
+  }
+  float squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCachedPer; ++k) squares += xv[k] * xv[k];
+  // The barrier in block_sum orders every read of x and residual before any write below.
+  const float inv1 = inverse_rms(block_sum<kCachedThreads>(squares, reduce1), dim, eps);
+  float squares2 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kCachedPer; ++k) {
+    const float normed = xv[k] * inv1 * (g1[k] + offset);
+    rv[k] = __fadd_rn(rv[k], normed);  // never contracted with the product: as norm then add
+    squares2 += rv[k] * rv[k];
+    const int i = tid + k * kCachedThreads;
+    if (i < dim) sum[base + i] = rv[k];
+  }
+  if (w_next == nullptr) return;  // uniform across the block
+  const float inv2 = inverse_rms(block_sum<kCachedThreads>(squares2, reduce2), dim, eps);
+#pragma unroll
+  for (int k = 0; k < kCachedPer; ++k) {
+    const int i = tid + k * kCachedThreads;
+    if (i < dim) y[base + i] = rv[k] * inv2 * (g2[k] + offset);
+  }
+}
+
+/// grid: rows blocks of 256 threads, any dim. Thread i handles elements i, i + 256, ... in
+/// every phase, so an element is read and written by one thread.
+template <typename W>
+__global__ void __launch_bounds__(kRowThreads)
+    norm_add_norm_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
+                         int dim, float eps, float offset) {
+  __shared__ float reduce1[kRowThreads / 32 + 1];
+  __shared__ float reduce2[kRowThreads / 32 + 1];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  float squares = 0.0f;
+  for (int i = tid; i < dim; i += kRowThreads) squares += x[base + i] * x[base + i];
+  const float inv1 = inverse_rms(block_sum<kRowThreads>(squares, reduce1), dim, eps);
+  float squares2 = 0.0f;
+  for (int i = tid; i < dim; i += kRowThreads) {
+    const float normed = x[base + i] * inv1 * (to_f32(w_post[i]) + offset);
+    const float s = __fadd_rn(residual[base + i], normed);  // never contracted with the product
+    sum[base + i] = s;
+    squares2 += s * s;
+  }
+  if (w_next == nullptr) return;  // uniform across the block: no barrier is skipped by some threads only
+  const float inv2 = inverse_rms(block_sum<kRowThreads>(squares2, reduce2), dim, eps);
+  for (int i = tid; i < dim; i += kRowThreads) y[base + i] = sum[base + i] * inv2 * (to_f32(w_next[i]) + offset);
+}
+
+}  // namespace
+
+template <typename W>
+cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
+                           int64_t head_dim, float eps, float offset, int* error_flag, cudaStream_t stream) {
+  if (count < 1 || count > kMaxParts || T < 0 || head_dim <= 0 || head_dim % 2 != 0 || head_dim > 1024) {
+    return cudaErrorInvalidValue;
+  }
+  Parts<W> args{};
+  args.first_block[0] = 0;
+  for (int i = 0; i < count; ++i) {
+    if (parts[i].heads <= 0) return cudaErrorInvalidValue;
+    args.p[i] = parts[i];
+    args.first_block[i + 1] = args.first_block[i] + T * parts[i].heads;
+  }
+  const int64_t blocks = args.first_block[count];
+  if (blocks == 0) return cudaSuccess;
+  if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  head_norm_rope_kernel<W><<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
+      args, count, positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
+  return cudaGetLastError();
+}
+
+template <typename W>
+cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
+                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+  if (rows < 0 || dim <= 0 || dim > INT32_MAX || rows > INT32_MAX) return cudaErrorInvalidValue;
+  if (rows == 0) return cudaSuccess;
+  const auto grid = static_cast<unsigned>(rows);
+  const int d = static_cast<int>(dim);
+  if (dim <= static_cast<int64_t>(kCachedThreads) * kCachedPer) {
+    norm_add_norm_cached_kernel<W>
+        <<<grid, kCachedThreads, 0, stream>>>(x, w_post, residual, sum, w_next, y, d, eps, offset);
+  } else {
+    norm_add_norm_kernel<W><<<grid, kRowThreads, 0, stream>>>(x, w_post, residual, sum, w_next, y, d, eps, offset);
+  }
+  return cudaGetLastError();
+}
+
+#define GEARBOX_FUSED(W)                                                                                          \
+  template cudaError_t head_norm_rope<W>(const HeadNormRope<W>*, int, const void*, bool, int64_t, int64_t, float, \
+                                         float, int*, cudaStream_t);                                              \
+  template cudaError_t norm_add_norm<W>(const float*, const W*, const float*, float*, const W*, float*, int64_t,  \
+                                        int64_t, float, float, cudaStream_t);
+GEARBOX_FUSED(float)
+GEARBOX_FUSED(__nv_bfloat16)
+GEARBOX_FUSED(__half)
+#undef GEARBOX_FUSED
+
+}  // namespace gearbox::cuda
