@@ -8,12 +8,15 @@
 #include <cstring>
 #include <fstream>
 
+#include "bench_chart.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "core/check.h"
+#include "devices/cuda/device_probe.h"
 #include "flags.h"
 #include "runner.h"
 #include "runtime/device_backend.h"
+#include "runtime/engine_core.h"
 
 namespace gearbox::cli {
 namespace {
@@ -26,6 +29,7 @@ constexpr const char* kUsage = R"(usage: gearbox bench FILE [options]
   --rounds N         rounds of 1 prefill + --round-decodes decodes (default 5)
   --round-decodes N  (default 64)
   --json OUT         also write the numbers as JSON
+  --svg OUT          and a chart of them (SVG): decode per profile, prefill, rounds
   --device D         cpu, cuda or auto (default auto)
 Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes
 a decode step must read, against a device copy bandwidth this command measures.
@@ -72,7 +76,7 @@ Result<double> copy_bandwidth(const Engine& engine) {
 }  // namespace
 
 int run_bench(std::span<const std::string_view> args) {
-  std::string file, device_flag = "auto", json_path, prefill_flag = "128,512";
+  std::string file, device_flag = "auto", json_path, svg_path, prefill_flag = "128,512";
   int64_t context = 128, steps = 64, rounds = 5, round_decodes = 64;
   Flags flags(kUsage);
   flags.positional("FILE", &file, true);
@@ -82,6 +86,7 @@ int run_bench(std::span<const std::string_view> args) {
   flags.flag("--rounds", &rounds);
   flags.flag("--round-decodes", &round_decodes);
   flags.flag("--json", &json_path);
+  flags.flag("--svg", &svg_path);
   flags.flag("--device", &device_flag);
   if (Status s = flags.parse(args); !s.ok()) return fail("bench", s, 2);
   if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
@@ -92,9 +97,30 @@ int run_bench(std::span<const std::string_view> args) {
   if (!prefill_lengths.ok()) return fail("bench", prefill_lengths.status(), 2);
   Result<DeviceKind> device = device_from_flag(device_flag);
   if (!device.ok()) return fail("bench", device.status(), 2);
+  // Device memory the engine and its session take, against what they are made of.
+  const bool cuda = *device == DeviceKind::kCuda;
+  const Result<int64_t> used_before = cuda ? internal::cuda_memory_in_use() : Result<int64_t>(int64_t{0});
   Result<Runner> opened = Runner::open(file, *device);
   if (!opened.ok()) return fail("bench", opened.status());
   Runner& r = *opened;
+  double memory_overhead = -1;
+  if (cuda && r.engine().device() == DeviceKind::kCuda && used_before.ok()) {
+    const Result<int64_t> used_after = internal::cuda_memory_in_use();
+    const internal::EngineCore& core = *r.engine().core();
+    int64_t kv = 0;
+    for (const ir::StateSpec& st : core.network().states) kv += 2 * st.rows * st.width * 4;  // K and V, f32
+    const int64_t weights = r.engine().weight_bytes(), arena = core.arena_bytes();
+    const int64_t expected = weights + kv + arena;
+    if (used_after.ok()) {
+      const int64_t total = *used_after - *used_before;
+      memory_overhead = 100.0 * static_cast<double>(total - expected) / static_cast<double>(expected);
+      std::printf(
+          "device memory: %.1f MB for the engine and a session = weights %.1f + KV caches %.1f + arena %.1f + other "
+          "%.1f MB (%.1f%% beyond the three)\n",
+          static_cast<double>(total) / 1e6, static_cast<double>(weights) / 1e6, static_cast<double>(kv) / 1e6,
+          static_cast<double>(arena) / 1e6, static_cast<double>(total - expected) / 1e6, memory_overhead);
+    }
+  }
   const int32_t prefill = r.profile_index("prefill");
   if (prefill < 0) return fail("bench", invalid_argument("the engine has no profile named 'prefill'"), 2);
   const int64_t max_seq = r.engine().profiles().bounds[static_cast<size_t>(prefill)][0].max[1];
@@ -122,6 +148,8 @@ int run_bench(std::span<const std::string_view> args) {
   double decode_on_prefill_ms = 0, best_decode_ms = 1e30;
   double decode_on_prefill_mean = 0, decode_on_decode_mean = 0;
   const ProfileTable& table = r.engine().profiles();
+  ChartPanel decode_panel{"decode, ms/token at context " + std::to_string(context) + " (lower is better)", {}};
+  ChartPanel prefill_panel{"prefill on profile 'prefill', ms (lower is better)", {}};
   bool first = true;
   for (int32_t p = 0; p < table.size(); ++p) {
     const InputProfileBounds& b = table.bounds[static_cast<size_t>(p)][0];
@@ -148,6 +176,7 @@ int run_bench(std::span<const std::string_view> args) {
       decode_on_prefill_mean = s.mean;
     }
     if (table.names[static_cast<size_t>(p)] == "decode") decode_on_decode_mean = s.mean;
+    decode_panel.bars.push_back({"on profile '" + table.names[static_cast<size_t>(p)] + "'", s.median, s.p10, s.p90});
     best_decode_ms = std::min(best_decode_ms, s.median);
   }
   json += "], \"prefill\": [";
@@ -163,6 +192,7 @@ int run_bench(std::span<const std::string_view> args) {
     const Stats s = stats(ms);
     std::printf("prefill %5lld tokens %10.3f ms (p10 %.3f, p90 %.3f)  %10.0f tok/s\n", static_cast<long long>(len),
                 s.median, s.p10, s.p90, static_cast<double>(len) * 1e3 / s.median);
+    prefill_panel.bars.push_back({std::to_string(len) + " tokens", s.median, s.p10, s.p90});
     json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(len) +
             ", \"ms\": " + std::to_string(s.median) + "}";
     first = false;
@@ -209,8 +239,22 @@ int run_bench(std::span<const std::string_view> args) {
         static_cast<long long>(context), static_cast<long long>(round_decodes), round_ms[0], round_ms[1],
         100.0 * (round_ms[1] - round_ms[0]) / round_ms[1]);
   }
-  json += "], \"switch_ms\": " + std::to_string(switch_ms) +
-          ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
+  if (!svg_path.empty()) {
+    ChartPanel rounds_panel{"1 prefill (" + std::to_string(context) + ") + " + std::to_string(round_decodes) +
+                                " decodes, ms per round (lower is better)",
+                            {}};
+    if (decode >= 0) {
+      rounds_panel.bars.push_back({"switching", round_ms[0]});
+      rounds_panel.bars.push_back({"prefill profile only", round_ms[1]});
+    }
+    std::ofstream out(svg_path);
+    out << bar_chart_svg("gearbox bench: " + file + " on " + device_kind_name(r.engine().device()),
+                         {decode_panel, prefill_panel, rounds_panel});
+    if (!out) return fail("bench", device_error("cannot write " + svg_path));
+    std::printf("wrote the chart to %s\n", svg_path.c_str());
+  }
+  json += "], \"memory_overhead_percent\": " + std::to_string(memory_overhead) +
+          ", \"switch_ms\": " + std::to_string(switch_ms) + ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
           ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) + "}\n";
   if (!json_path.empty()) {
     std::ofstream out(json_path);

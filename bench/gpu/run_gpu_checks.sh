@@ -54,10 +54,21 @@ python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$ou
 "$gearbox" inspect "$work/g1b.gbx" >"$out/inspect_1b.txt"
 
 step "benchmarks"
-check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json"
+check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json" --svg "$out/bench_1b.svg"
 # The same engine with the fused chains off (kernels_fused.cu): what fusion buys.
 check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
 check "$gearbox" bench "$work/mini_cuda.gbx" --device cuda --json "$out/bench_mini.json"
+# HF transformers on the same checkpoint and GPU, eager and torch.compile (static cache),
+# written as the same JSON; the side-by-side table of docs/PERFORMANCE.md.
+# (A failing HF variant is recorded in its JSON and the table; it does not fail the checks.)
+timeout 600 python3 "$root/python/tools/hf_bench.py" "$work/g1b" --mode eager --json "$out/hf_eager.json" \
+  >"$out/hf_eager.log" 2>&1
+for cm in reduce-overhead default; do
+  timeout 600 python3 "$root/python/tools/hf_bench.py" "$work/g1b" --mode compile --compile-mode $cm \
+    --json "$out/hf_compile_$cm.json" >"$out/hf_compile_$cm.log" 2>&1
+done
+python3 "$root/python/tools/bench_table.py" "$out/bench_1b.json" "$out/hf_eager.json" \
+  "$out/hf_compile_reduce-overhead.json" "$out/hf_compile_default.json" | tee "$out/side_by_side.md"
 check "$bin/cuda_kernels_bench" >"$out/cuda_kernels_bench.log" 2>&1
 tail -n 30 "$out/cuda_kernels_bench.log"
 if [[ -n "${GEARBOX_PTE_DIR:-}" && -x "$bin/delegate_test" ]]; then

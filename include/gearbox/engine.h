@@ -102,6 +102,11 @@ class GEARBOX_API DeviceMemory {
 struct EngineOptions {
   /// The device to run on.
   DeviceKind device = DeviceKind::kCpu;
+  /// Where tactics tuned at load are kept when the engine holds none for this device: read
+  /// from this file when it matches the engine and the device's libraries, else tuned and
+  /// written to it, so the next load does not tune again. Unset: FILE.DEVICE.tactics
+  /// beside the file for load_file, none for load_buffer. Empty: no cache.
+  std::optional<std::string> tactic_cache;
 };
 
 /// A loaded engine: weights on the device, profiles, bindings. Cheap to copy (shared).

@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "format/binary_io.h"
 #include "format/engine_file.h"
+#include "format/tactic_tables.h"
 #include "ir/validate.h"
 
 namespace gearbox::format {
@@ -153,6 +154,8 @@ Status read_profiles(ByteReader& r, std::vector<ProfileDesc>& profiles) {
   });
 }
 
+}  // namespace
+
 Status read_tactic_tables(ByteReader& r, std::vector<TacticTable>& tables) {
   return read_list(r, "tactic table", kMinTable, tables, [&](TacticTable& t) {
     uint32_t device = 0;
@@ -186,6 +189,8 @@ Status read_tactic_tables(ByteReader& r, std::vector<TacticTable>& tables) {
     return true;
   });
 }
+
+namespace {
 
 // Reads one section: id (must be `expected`), u64 length, then a body that `read_body`
 // must consume exactly.
@@ -273,6 +278,8 @@ Status check_profiles(const EngineDesc& desc) {
   return Status::ok_status();
 }
 
+}  // namespace
+
 Status check_tactic_tables(const EngineDesc& desc) {
   const size_t nodes = desc.network.nodes.size();
   std::set<std::tuple<DeviceKind, std::string_view, std::string_view>> seen;
@@ -305,6 +312,8 @@ Status check_tactic_tables(const EngineDesc& desc) {
   }
   return Status::ok_status();
 }
+
+namespace {
 
 Status check_metadata_keys(const EngineDesc& desc) {
   std::set<std::string_view> keys;

@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "format/binary_io.h"
 #include "format/engine_file.h"
+#include "format/tactic_tables.h"
 #include "ir/validate.h"
 
 namespace gearbox::format {
@@ -102,6 +103,8 @@ void write_profiles(ByteWriter& w, const std::vector<ProfileDesc>& profiles) {
   }
 }
 
+}  // namespace
+
 void write_tactic_tables(ByteWriter& w, const std::vector<TacticTable>& tables) {
   w.count(tables.size());
   for (const TacticTable& t : tables) {
@@ -118,6 +121,8 @@ void write_tactic_tables(ByteWriter& w, const std::vector<TacticTable>& tables) 
     }
   }
 }
+
+namespace {
 
 // Section id, u64 body length (patched once the body is written), body.
 template <typename F>
@@ -201,12 +206,9 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
   return bytes;
 }
 
-Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload) {
-  Result<std::vector<uint8_t>> bytes = serialize_engine(desc, payload);
-  if (!bytes.ok()) return bytes.status();
-
-  // A rename within one directory replaces the old engine atomically: a reader sees the
-  // old file or the new one, never half of either.
+Status write_file_atomically(const std::string& path, std::span<const uint8_t> bytes, const std::string& what) {
+  // A rename within one directory replaces the old file atomically: a reader sees the old
+  // file or the new one, never half of either.
   // Unique per process and call, so concurrent writers of one path never share a temporary.
   static std::atomic<uint64_t> counter{0};
   const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -215,17 +217,17 @@ Status write_engine_file(const std::string& path, const EngineDesc& desc, std::s
     const int err = errno;
     if (err == ENOENT) {
       const std::string dir = std::filesystem::path(path).parent_path().string();
-      return not_found("cannot write the engine '" + path + "': the directory '" + (dir.empty() ? "." : dir) +
+      return not_found("cannot write the " + what + " '" + path + "': the directory '" + (dir.empty() ? "." : dir) +
                        "' does not exist");
     }
-    return device_error("cannot create '" + tmp + "' (to write the engine '" + path + "'): " + os_error(err));
+    return device_error("cannot create '" + tmp + "' (to write the " + what + " '" + path + "'): " + os_error(err));
   }
-  const bool written = write_all(fd, *bytes);
+  const bool written = write_all(fd, bytes);
   const int write_err = errno;
   if (::close(fd) != 0 || !written) {
     const int err = written ? errno : write_err;
     ::unlink(tmp.c_str());
-    return device_error("cannot write '" + tmp + "' (to write the engine '" + path + "'): " + os_error(err));
+    return device_error("cannot write '" + tmp + "' (to write the " + what + " '" + path + "'): " + os_error(err));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;
@@ -233,6 +235,12 @@ Status write_engine_file(const std::string& path, const EngineDesc& desc, std::s
     return device_error("cannot rename '" + tmp + "' to '" + path + "': " + os_error(err));
   }
   return Status::ok_status();
+}
+
+Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload) {
+  Result<std::vector<uint8_t>> bytes = serialize_engine(desc, payload);
+  if (!bytes.ok()) return bytes.status();
+  return write_file_atomically(path, *bytes, "engine");
 }
 
 }  // namespace gearbox::format

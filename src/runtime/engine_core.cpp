@@ -5,6 +5,9 @@
 #include "builder/builder.h"
 #include "core/check.h"
 #include "core/log.h"
+#include "format/mapped_file.h"
+#include "format/tactic_cache.h"
+#include "format/tactic_tables.h"
 #include "ir/shape_inference.h"
 
 namespace gearbox::internal {
@@ -16,6 +19,46 @@ BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, st
 }
 
 }  // namespace
+
+Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, const EngineOptions& options) {
+  const std::string cache = options.tactic_cache.value_or("");
+  const format::EngineIdentity identity = format::engine_identity(bytes);
+  const std::string versions = device_->library_versions();
+  if (!cache.empty()) {
+    Result<format::MappedFile> file = format::MappedFile::open(cache);
+    if (file.ok()) {
+      Result<std::vector<format::TacticTable>> tables = format::decode_tactic_cache(file->bytes(), identity, desc_);
+      if (tables.ok()) {
+        for (format::TacticTable& t : *tables) {
+          if (t.device == options.device && t.library_versions == versions) {
+            tuned_here_ = std::move(t);
+            tactics_ = &tuned_here_;
+            GEARBOX_LOG(kInfo, "tactics for this %s device read from the tactic cache %s",
+                        device_kind_name(options.device), cache.c_str());
+            return {};
+          }
+        }
+      } else {
+        GEARBOX_LOG(kWarning, "ignoring the tactic cache %s: %s", cache.c_str(), tables.status().message().c_str());
+      }
+    }
+  }
+  GEARBOX_LOG(kInfo, "the engine has no tactics for this %s device (%s); tuning now", device_kind_name(options.device),
+              versions.c_str());
+  Result<format::TacticTable> tuned = tune(desc_.network, desc_.profiles, *device_, *weights_, BuildOptions{});
+  if (!tuned.ok()) return tuned.status();
+  tuned_here_ = std::move(*tuned);
+  tactics_ = &tuned_here_;
+  tuned_at_load_ = true;
+  if (!cache.empty()) {
+    const std::vector<uint8_t> encoded = format::encode_tactic_cache(identity, {tuned_here_});
+    if (Status s = format::write_file_atomically(cache, encoded, "tactic cache"); !s.ok()) {
+      GEARBOX_LOG(kWarning, "the tactics tuned now are not cached (the next load tunes again): %s",
+                  s.message().c_str());
+    }
+  }
+  return {};
+}
 
 Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> bytes, const EngineOptions& options) {
   Result<format::ParsedEngine> parsed = format::parse_engine(bytes);
@@ -53,15 +96,7 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
       break;
     }
   }
-  if (core->tactics_ == nullptr) {
-    GEARBOX_LOG(kInfo, "the engine has no tactics for this %s device (%s); tuning now",
-                device_kind_name(options.device), core->device_->library_versions().c_str());
-    Result<format::TacticTable> tuned =
-        tune(net, core->desc_.profiles, *core->device_, *core->weights_, BuildOptions{});
-    if (!tuned.ok()) return tuned.status();
-    core->tuned_here_ = std::move(*tuned);
-    core->tactics_ = &core->tuned_here_;
-  }
+  if (core->tactics_ == nullptr) GEARBOX_RETURN_IF_ERROR(core->tactics_from_cache_or_tuning(bytes, options));
 
   for (const format::ProfileDesc& p : core->desc_.profiles) {
     core->profiles_.bounds.push_back(p.bounds);

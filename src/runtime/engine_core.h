@@ -29,6 +29,8 @@ class EngineCore {
   std::span<const BindingInfo> inputs() const noexcept { return inputs_; }
   std::span<const BindingInfo> outputs() const noexcept { return outputs_; }
   /// Tactic per node for `profile`.
+  /// True when load() had to tune (no tactics for the device in the file or its cache).
+  bool tuned_at_load() const noexcept { return tuned_at_load_; }
   std::span<const uint32_t> tactics(int32_t profile) const {
     return tactics_->profiles[static_cast<size_t>(profile)].tactic_per_node;
   }
@@ -57,6 +59,9 @@ class EngineCore {
   std::shared_ptr<const DeviceBackend> device_;
   std::shared_ptr<DeviceWeights> weights_;
   format::TacticTable tuned_here_;  // used when the file has no table for this device
+  bool tuned_at_load_ = false;
+
+  Status tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, const EngineOptions& options);
   const format::TacticTable* tactics_ = nullptr;
   ProfileTable profiles_;
   std::vector<BindingInfo> inputs_, outputs_;

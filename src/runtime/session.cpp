@@ -10,7 +10,9 @@ namespace gearbox {
 Result<Engine> Engine::load_file(const std::string& path, const EngineOptions& options) {
   Result<format::MappedFile> file = format::MappedFile::open(path);
   if (!file.ok()) return file.status();
-  Result<std::shared_ptr<internal::EngineCore>> core = internal::EngineCore::load(file->bytes(), options);
+  EngineOptions with_cache = options;
+  if (!with_cache.tactic_cache) with_cache.tactic_cache = path + "." + device_kind_name(options.device) + ".tactics";
+  Result<std::shared_ptr<internal::EngineCore>> core = internal::EngineCore::load(file->bytes(), with_cache);
   if (!core.ok()) return core.status().with_context(path);
   return Engine(std::move(*core));
 }

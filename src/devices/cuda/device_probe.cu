@@ -75,4 +75,10 @@ Status cuda_probe(int index) {
   return Status();
 }
 
+Result<int64_t> cuda_memory_in_use() {
+  size_t free = 0, total = 0;
+  GEARBOX_CUDA_TRY(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(total - free);
+}
+
 }  // namespace gearbox::internal

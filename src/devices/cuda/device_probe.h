@@ -14,5 +14,8 @@ bool cuda_built() noexcept;
 std::vector<DeviceInfo> cuda_devices();
 /// Fills a buffer on device `index` with a kernel, copies it back and checks it.
 Status cuda_probe(int index);
+/// Bytes of the current device's memory in use by every process (total - free, as
+/// cudaMemGetInfo sees it): differences of it measure what gearbox allocated.
+Result<int64_t> cuda_memory_in_use();
 
 }  // namespace gearbox::internal

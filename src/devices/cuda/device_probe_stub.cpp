@@ -11,6 +11,8 @@ Status cuda_probe(int /*index*/) {
       "this gearbox was built without CUDA; rebuild with -DGEARBOX_WITH_CUDA=ON on a machine with nvcc");
 }
 
+Result<int64_t> cuda_memory_in_use() { return unimplemented("this gearbox was built without CUDA"); }
+
 Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
   return unimplemented("this gearbox was built without CUDA; use --device cpu, or rebuild with -DGEARBOX_WITH_CUDA=ON");
 }
