@@ -47,6 +47,16 @@ cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=
   -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON >/dev/null
 cmake --build build/asan -j "$(jobs)"
 ctest --test-dir build/asan -j "$(jobs)" --output-on-failure -LE compile_fail -E executorch.python_runtime
+# The tokenizer fuzzer starts from the tokenizer.json fixtures (a u16 length, the JSON, a text).
+mkdir -p build/fuzz-corpus/fuzz_tokenizer_json
+python3 - build/fuzz-corpus/fuzz_tokenizer_json tests/data/tokenizer/*.json <<'PY'
+import os, struct, sys
+for path in sys.argv[2:]:
+    data = open(path, "rb").read()
+    if len(data) < 65536 and b'"model"' in data:
+        seed = struct.pack("<H", len(data)) + data + "the sky is blue \u00e9\u6f22 <bos>".encode()
+        open(os.path.join(sys.argv[1], "seed_" + os.path.basename(path)), "wb").write(seed)
+PY
 for fuzzer in build/asan/fuzz/fuzz_*; do
   corpus=build/fuzz-corpus/$(basename "$fuzzer") && mkdir -p "$corpus"
   log=build/asan/$(basename "$fuzzer").log
