@@ -10,6 +10,7 @@
 // destroy drops the handle; the last user of a Session waits for its in-flight work.
 // All three may run concurrently from any number of threads.
 #include <charconv>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -115,6 +116,14 @@ class Registry {
     if (std::shared_ptr<Engine> live = engines_[key].lock()) return live;
     EngineOptions options;
     options.device = device;
+    // A blob without tactics for this device tunes at init; GEARBOX_TACTIC_CACHE_DIR keeps
+    // what it chose for the next process (one file per engine and device).
+    if (const char* dir = std::getenv("GEARBOX_TACTIC_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+      char name[64];
+      std::snprintf(name, sizeof(name), "/%016llx-%016llx.", static_cast<unsigned long long>(std::get<0>(key)),
+                    static_cast<unsigned long long>(std::get<1>(key)));
+      options.tactic_cache = std::string(dir) + name + device_kind_name(device) + ".tactics";
+    }
     Result<Engine> loaded = Engine::load_buffer(bytes, options);
     if (!loaded.ok()) return loaded.status();
     auto engine = std::make_shared<Engine>(std::move(*loaded));

@@ -37,6 +37,9 @@ inline constexpr const char* kSpecDefaultProfile = "gearbox.default_profile";
 
 /// Compile spec: the device, "cpu", "cuda" or "auto" (CUDA when present; the default).
 /// The environment variable GEARBOX_DEVICE, when set, overrides it for every method.
+/// A blob holds tactics for the device it was exported on; on another device the engine
+/// tunes at init, and with GEARBOX_TACTIC_CACHE_DIR set keeps the result there (one file
+/// per engine and device) so that the next process does not tune again.
 inline constexpr const char* kSpecDevice = "gearbox.device";
 
 /// Compile spec: a context key. Delegate handles of one engine with the same key in one
