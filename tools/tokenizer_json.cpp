@@ -776,19 +776,23 @@ Result<std::string> read_replacement(const Node& node) {
   return replacement;
 }
 
+// A "Sequence" step: reads each entry of the list under `key` with `read`, in order.
+template <typename Step>
+Status read_sequence(const Node& node, const char* key, Status (*read)(const Node&, std::vector<Step>&),
+                     std::vector<Step>& steps) {
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", key}));
+  const Json* list = node.find(key);
+  if (list == nullptr || !list->is_array()) return malformed(node.field(key), "must be a list");
+  for (size_t i = 0; i < list->size(); ++i) {
+    GEARBOX_RETURN_IF_ERROR(read(Node((*list)[i], node.field(key) + "[" + std::to_string(i) + "]"), steps));
+  }
+  return {};
+}
+
 Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "normalizers"}));
-    const Json* list = node.find("normalizers");
-    if (list == nullptr || !list->is_array()) return malformed(node.field("normalizers"), "must be a list");
-    for (size_t i = 0; i < list->size(); ++i) {
-      GEARBOX_RETURN_IF_ERROR(
-          read_normalizer(Node((*list)[i], node.field("normalizers") + "[" + std::to_string(i) + "]"), steps));
-    }
-    return {};
-  }
+  if (*type == "Sequence") return read_sequence(node, "normalizers", &read_normalizer, steps);
   NormalizerStep step;
   if (*type == "Replace") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));
@@ -816,16 +820,7 @@ Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
 Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pretokenizers"}));
-    const Json* list = node.find("pretokenizers");
-    if (list == nullptr || !list->is_array()) return malformed(node.field("pretokenizers"), "must be a list");
-    for (size_t i = 0; i < list->size(); ++i) {
-      GEARBOX_RETURN_IF_ERROR(
-          read_pre_tokenizer(Node((*list)[i], node.field("pretokenizers") + "[" + std::to_string(i) + "]"), steps));
-    }
-    return {};
-  }
+  if (*type == "Sequence") return read_sequence(node, "pretokenizers", &read_pre_tokenizer, steps);
   PreTokenizerStep step;
   if (*type == "Metaspace") {
     GEARBOX_RETURN_IF_ERROR(
@@ -872,16 +867,7 @@ Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps
 Status read_decoder(const Node& node, std::vector<DecoderStep>& steps) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
-  if (*type == "Sequence") {
-    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "decoders"}));
-    const Json* list = node.find("decoders");
-    if (list == nullptr || !list->is_array()) return malformed(node.field("decoders"), "must be a list");
-    for (size_t i = 0; i < list->size(); ++i) {
-      GEARBOX_RETURN_IF_ERROR(
-          read_decoder(Node((*list)[i], node.field("decoders") + "[" + std::to_string(i) + "]"), steps));
-    }
-    return {};
-  }
+  if (*type == "Sequence") return read_sequence(node, "decoders", &read_decoder, steps);
   DecoderStep step;
   if (*type == "Replace") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
@@ -49,12 +50,6 @@ __device__ __forceinline__ int64_t window_start(int64_t p, int64_t window) {
 }
 
 __device__ __forceinline__ bool position_valid(int64_t p, int64_t max_ctx) { return p >= 0 && p < max_ctx; }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
@@ -131,10 +132,6 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y,
 }
 
 // ---- embedding -------------------------------------------------------------------------------------
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
 /// Row i of out: table[ids[i]] * scale, or NaN and the error flag for an id outside the
 /// vocabulary. kVec: 16 bytes of the table (4 or 8 elements) per step.

@@ -11,28 +11,11 @@
 
 #include <cstdint>
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
 namespace {
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
-  return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);  // as rms_norm and the CPU
-}
-
-__device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_t i) {
-  return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
-}
 
 // ---- head_norm_rope ----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
@@ -122,12 +123,6 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
       f[4 * q + 3] = v.w;
     }
   }
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
 }
 
 /// grid: total_blocks blocks of 256 threads, each block serving one target (see the file

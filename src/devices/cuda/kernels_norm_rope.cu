@@ -11,14 +11,11 @@
 #include <cmath>
 #include <cstdint>
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 
 namespace gearbox::cuda {
 namespace {
-
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
 /// Four consecutive weights as floats; p must be aligned to 4 * sizeof(W).
 __device__ __forceinline__ float4 load4_f32(const float* p) { return *reinterpret_cast<const float4*>(p); }
@@ -32,12 +29,6 @@ __device__ __forceinline__ float4 load4_f32(const __half* p) {
   const float2 a = __half22float2(h[0]);
   const float2 b = __half22float2(h[1]);
   return make_float4(a.x, a.y, b.x, b.y);
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -81,10 +72,6 @@ __device__ __forceinline__ void scale_row(const float* xr, const W* w, float* yr
   } else {
     for (int i = lane; i < dim; i += lanes) yr[i] = xr[i] * inv_rms * (to_f32(w[i]) + offset);
   }
-}
-
-__device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
-  return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);  // as the CPU: no rsqrtf
 }
 
 /// grid: ceil(rows / 4) blocks of 128 threads; warp w of block b normalizes row 4b + w.
@@ -135,10 +122,6 @@ void launch_rms_norm(const float* x, const W* w, float* y, int64_t rows, int dim
 // ---- RoPE -------------------------------------------------------------------------------------
 
 constexpr int kRopeThreads = 128;
-
-__device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_t i) {
-  return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
-}
 
 /// One thread per (token t, frequency i < half), looping over the heads.
 /// grid: ceil(T * half / 128) blocks of 128 threads.

@@ -1,0 +1,33 @@
+// Device helpers shared by the CUDA kernels (include from .cu files only).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace gearbox::cuda {
+
+/// A weight element as f32.
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+
+/// The sum over the 32 lanes of a warp; every lane gets it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+/// 1 / sqrt(mean + eps) of a row's sum of squares, as the CPU computes it (no rsqrtf).
+__device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
+  return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);
+}
+
+/// Element i of an i32 or i64 array (token ids, positions).
+__device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_t i) {
+  return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
+}
+
+}  // namespace gearbox::cuda
