@@ -229,7 +229,8 @@ void bench_attention(cudaStream_t stream) {
   fill_f32(vc.as<float>(), pool_floats, 6);
   DeviceMemory q(static_cast<size_t>(heads * hd) * 4), out(static_cast<size_t>(heads * hd) * 4), pos(sizeof(int32_t));
   fill_f32(q.as<float>(), heads * hd, 7);
-  for (int max_splits : {8, 32, 128}) {
+  // 8 and 16 splits combine in a cluster (one launch), 32 and 128 in a second kernel.
+  for (int max_splits : {8, 16, 32, 128}) {
     DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, max_splits)) * 4);
     for (int32_t ctx : {128, 1024, 4096}) {
       const int32_t p = ctx - 1;
@@ -237,14 +238,42 @@ void bench_attention(cudaStream_t stream) {
       const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
       const Timing t = time_launches(stream, copies, [&](int i) {
         const int64_t off = (i % copies) * ctx * width;
-        CHECK(cuda::attention_decode(q.as<float>(), kc.as<float>() + off, vc.as<float>() + off, pos.ptr, false,
-                                     out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f, partials.as<float>(),
-                                     max_splits, stream));
+        CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
+                                     pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f,
+                                     partials.as<float>(), max_splits, stream));
       });
       const double bytes = 2.0 * ctx * width * 4;
       print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
                 std::to_string(cuda::attention_decode_splits(max_ctx, 0, max_splits)) + ")",
             t, bytes, 1e3, "GB/s");
+    }
+  }
+  // The decode step's new K / V row: written by kv_cache_write before the attention, or by the
+  // attention kernel itself (k_new / v_new), with 16 splits (one cluster where sm_90 runs).
+  DeviceMemory k_new(static_cast<size_t>(width) * 4), v_new(static_cast<size_t>(width) * 4);
+  fill_f32(k_new.as<float>(), width, 8);
+  fill_f32(v_new.as<float>(), width, 9);
+  DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, 16)) * 4);
+  for (int32_t ctx : {128, 1024}) {
+    const int32_t p = ctx - 1;
+    CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+    const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+    for (bool fused : {false, true}) {
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        float* kcache = kc.as<float>() + (i % copies) * ctx * width;
+        float* vcache = vc.as<float>() + (i % copies) * ctx * width;
+        if (!fused) {
+          CHECK(cuda::kv_cache_write(k_new.as<float>(), v_new.as<float>(), pos.ptr, false, 1, width, kcache, vcache,
+                                     max_ctx, nullptr, stream));
+        }
+        CHECK(cuda::attention_decode(q.as<float>(), fused ? k_new.as<float>() : nullptr,
+                                     fused ? v_new.as<float>() : nullptr, kcache, vcache, pos.ptr, false,
+                                     out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f, partials.as<float>(),
+                                     16, stream));
+      });
+      print(std::string(fused ? "decode + new row, fused" : "kv_cache_write + decode") + " ctx=" + std::to_string(ctx) +
+                " (splits 16)",
+            t, 2.0 * ctx * width * 4, 1e3, "GB/s");
     }
   }
 }

@@ -55,12 +55,22 @@ python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$ou
 
 step "benchmarks"
 check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json" --svg "$out/bench_1b.svg"
-# The same engine with the fused chains off (kernels_fused.cu): what fusion buys.
+# The same engine with the fused chains off (kernels_fused.cu): what fusion buys; and with
+# programmatic dependent launch off (devices/cuda/launch.h): what overlapping launches buys.
 check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
+check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_no_pdl.json"
+# And the split-KV attention combining its splits in a second kernel instead of in a cluster.
+check env GEARBOX_CUDA_CLUSTER_COMBINE=0 "$gearbox" bench "$work/g1b.gbx" --device cuda \
+  --json "$out/bench_1b_no_cluster.json"
+check env GEARBOX_CUDA_PDL=0 "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --json --device cuda \
+  >"$out/score_1b_no_pdl.json"
+python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b_no_pdl.json"
 check "$gearbox" bench "$work/mini_cuda.gbx" --device cuda --json "$out/bench_mini.json"
 # HF transformers on the same checkpoint and GPU, eager and torch.compile (static cache),
 # written as the same JSON; the side-by-side table of docs/PERFORMANCE.md.
 # (A failing HF variant is recorded in its JSON and the table; it does not fail the checks.)
+# GEARBOX_HF_BENCH=0 skips it (minutes of torch.compile).
+if [[ "${GEARBOX_HF_BENCH:-1}" != 0 ]]; then
 timeout 600 python3 "$root/python/tools/hf_bench.py" "$work/g1b" --mode eager --json "$out/hf_eager.json" \
   >"$out/hf_eager.log" 2>&1
 for cm in reduce-overhead default; do
@@ -69,6 +79,7 @@ for cm in reduce-overhead default; do
 done
 python3 "$root/python/tools/bench_table.py" "$out/bench_1b.json" "$out/hf_eager.json" \
   "$out/hf_compile_reduce-overhead.json" "$out/hf_compile_default.json" | tee "$out/side_by_side.md"
+fi
 check "$bin/cuda_kernels_bench" >"$out/cuda_kernels_bench.log" 2>&1
 tail -n 30 "$out/cuda_kernels_bench.log"
 if [[ -n "${GEARBOX_PTE_DIR:-}" && -x "$bin/delegate_test" ]]; then

@@ -35,6 +35,8 @@ constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [
 constexpr int kAltAlgos = 3;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
+// Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
+// layers; one launch, kernels.h), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
 
 Status cuda_check(cudaError_t err, const char* what) {
@@ -128,7 +130,7 @@ struct CapturedGraph {
 
 // One launch of the network: a single node, or a fused chain of nodes (see plan_steps).
 struct Step {
-  enum Kind { kSingle, kHeadNormRope, kNormAddNorm } kind = kSingle;
+  enum Kind { kSingle, kHeadNormRope, kNormAddNorm, kGatedLinear } kind = kSingle;
   std::vector<size_t> nodes;
 };
 
@@ -159,6 +161,16 @@ class CudaContextState final : public DeviceContextState {
     return &it->second[std::min(index, it->second.size() - 1)].algo;
   }
 };
+
+/// GEARBOX_CUDA_FUSION=0 runs every node by itself (for measuring what fusion buys): no fused
+/// chains, and the KV-cache write as its own launch before the split-KV attention.
+bool fusion_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("GEARBOX_CUDA_FUSION");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return enabled;
+}
 
 // ---- one node ---------------------------------------------------------------------------------------
 
@@ -250,13 +262,19 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       auto* k_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2]);
       auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
       const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
+      if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
+        return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
+                                                 at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, stream),
+                          "attention (split-KV)");
+      }
       GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
                                                               net.max_context, nullptr, stream),
                                          "kv_cache_write"));
       if (tactic == kAttentionSplitKv) {
-        return cuda_check(cuda::attention_decode(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
-                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                                 static_cast<float*>(a.scratch), kMaxSplits, stream),
+        return cuda_check(cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t,
+                                                 at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, stream),
                           "attention (split-KV)");
       }
       return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
@@ -283,18 +301,13 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 //                  one [rms_norm, rope] pair, whose norm outputs feed only their rope
 //   kNormAddNorm:  [rms_norm(x), add(residual, x'), rms_norm(sum)] or without the last norm,
 //                  whose first norm output feeds only the add
+//   kGatedLinear:  [linear(x) -> gate, up; gelu_tanh_mul or silu_mul(gate, up)], gate and up
+//                  read by nothing else: one gemv_gated launch when the linear's tactic is
+//                  the GEMV (decode), else the two nodes one after the other
 // Intermediates inside a chain are not written. The memory plan keeps every tensor a chain
 // reads alive until the chain's last node (launch_group_ends), so a fused launch never
 // writes over what another of its nodes still reads. GEARBOX_CUDA_FUSION=0 turns fusion
-// off (for measuring it; docs/PERFORMANCE.md).
-
-bool fusion_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("GEARBOX_CUDA_FUSION");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return enabled;
-}
+// off (fusion_enabled).
 
 std::vector<Step> plan_steps(const Network& net) {
   std::vector<int> readers(net.tensors.size(), 0);
@@ -322,6 +335,18 @@ std::vector<Step> plan_steps(const Network& net) {
            only_reader_is(norm, rope, 0);
   };
 
+  auto gated_pair = [&](const Node* linear, const Node* act) {
+    if (linear == nullptr || act == nullptr || linear->kind != OpKind::kLinear || linear->outputs.size() != 2 ||
+        (act->kind != OpKind::kGeluTanhMul && act->kind != OpKind::kSiluMul)) {
+      return false;
+    }
+    const auto gate = static_cast<size_t>(linear->outputs[0]), up = static_cast<size_t>(linear->outputs[1]);
+    const auto& w = net.weights;
+    return act->inputs[0] == linear->outputs[0] && act->inputs[1] == linear->outputs[1] && readers[gate] == 1 &&
+           readers[up] == 1 &&
+           w[static_cast<size_t>(linear->weights[0])].dims == w[static_cast<size_t>(linear->weights[1])].dims;
+  };
+
   std::vector<Step> steps;
   const bool fuse = fusion_enabled();
   for (size_t i = 0; i < net.nodes.size();) {
@@ -343,6 +368,9 @@ std::vector<Step> plan_steps(const Network& net) {
         steps.push_back({Step::kNormAddNorm, {i, i + 1}});
         i += 2;
       }
+    } else if (fuse && gated_pair(a, b)) {
+      steps.push_back({Step::kGatedLinear, {i, i + 1}});
+      i += 2;
     } else {
       steps.push_back({Step::kSingle, {i}});
       i += 1;
@@ -395,13 +423,47 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   });
 }
 
+/// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
+Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
+                      cudaStream_t stream) {
+  const Node& linear = net.nodes[step.nodes[0]];
+  const Node& act = net.nodes[step.nodes[1]];
+  const Dims& x = a.dims[static_cast<size_t>(linear.inputs[0])];
+  const auto wid = [&](size_t i) { return static_cast<size_t>(linear.weights[i]); };
+  const auto bias = [&](size_t o) {
+    return linear.attrs.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(2 + o)]) : nullptr;
+  };
+  const auto activation =
+      act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
+  return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
+    using W = decltype(tag);
+    return cuda_check(cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
+                                          static_cast<const W*>(weights.ptr[wid(0)]),
+                                          static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
+                                          static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]),
+                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], stream),
+                      "linear + gated activation (fused gemv)");
+  });
+}
+
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
   for (const Step& step : steps) {
     const size_t n = step.nodes[0];
-    Status s = step.kind == Step::kSingle ? run_cuda_node(net, weights, n, launch.tactics[n], args, stream)
-                                          : run_fused(net, weights, step, args, stream);
+    Status s;
+    if (step.kind == Step::kSingle) {
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream);
+    } else if (step.kind != Step::kGatedLinear) {
+      s = run_fused(net, weights, step, args, stream);
+    } else if (launch.tactics[n] == kLinearGemv) {
+      s = run_gated_gemv(net, weights, step, args, stream);
+    } else {  // a GEMM: the linear, then the activation
+      for (size_t node : step.nodes) {
+        s = run_cuda_node(net, weights, node, launch.tactics[node], args, stream);
+        if (!s.ok()) return s.with_context(net.nodes[node].name);
+      }
+    }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }
   return {};

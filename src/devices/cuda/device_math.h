@@ -30,4 +30,11 @@ __device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_
   return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
 }
 
+/// gelu_tanh(g) * u and silu(g) * u, as the CPU kernels compute them (CUDA's tanhf, expf).
+__device__ __forceinline__ float gelu_tanh_times(float g, float u) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
+}
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 }  // namespace gearbox::cuda

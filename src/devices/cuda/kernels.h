@@ -17,6 +17,9 @@
 // - Vector (16-byte) loads are used when the pointers are 16-byte aligned and the row
 //   lengths allow it; any other alignment or length takes a scalar path with the same
 //   results, so there is no alignment requirement, only a speed one.
+// - Launches use programmatic dependent launch on sm_90 (devices/cuda/launch.h): a kernel
+//   may start before its predecessor on the stream ends, and waits for it before touching
+//   anything the predecessor writes. Stream order is what callers see.
 // - Error flag: `int* error_flag` (device memory, nullable) is set to 1 with an atomic by a
 //   kernel that meets bad device-resident input (a token id outside the vocabulary, a
 //   position outside the KV cache). It is never cleared by a kernel: the caller zeroes it
@@ -93,6 +96,16 @@ template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
                        cudaStream_t stream);
 
+/// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
+enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
+/// A gated MLP's first half in one launch (decode: gate_up_proj + gelu_tanh_mul or
+/// silu_mul): y[M, N] = act(x W_gate^T + b_gate) * (x W_up^T + b_up), with w_gate, w_up
+/// [N, K] (W) and nullable biases [N]; the products are gemv()'s, the activation the
+/// elementwise kernel's. Same limits as gemv(); y must not alias x.
+template <typename W>
+cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+
 // ---- attention --------------------------------------------------------------------------------
 // q [T, heads * head_dim], caches [max_ctx, kv_heads * head_dim], out [T, heads * head_dim].
 // Query t at position p = positions[t] attends to cache rows [lo, p], lo = window > 0 ?
@@ -112,14 +125,18 @@ int attention_decode_splits(int64_t max_ctx, int64_t window, int max_splits);
 int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits);
 
 /// Flash-decoding for few queries (T of 1..8 is the intended use; any T works): the keys of
-/// each query are cut into attention_decode_splits(...) chunks handled by separate blocks,
-/// whose partial results (max, sum, unnormalized output) a second kernel combines (skipped
-/// when there is one split). partials: attention_decode_partials_floats(...) floats.
-/// max_splits in [1, 256].
-cudaError_t attention_decode(const float* q, const float* k_cache, const float* v_cache, const void* positions,
-                             bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                             int64_t max_ctx, int64_t window, float scale, float* partials, int max_splits,
-                             cudaStream_t stream);
+/// each query are cut into attention_decode_splits(...) chunks handled by separate blocks.
+/// Their partial results (max, sum, unnormalized output) are combined inside a thread-block
+/// cluster where the sm_90 code runs and there are at most 16 splits (one kernel), else by
+/// a second kernel through `partials` (attention_decode_partials_floats(...) floats; may be
+/// null when neither applies). max_splits in [1, 256].
+/// k_new, v_new [T, kv_heads * head_dim] (both or neither): the new tokens' rows, written to
+/// the caches first as kv_cache_write would (for T = 1 by the attention kernel itself, which
+/// reads key p from k_new / v_new, so the decode step needs no separate launch).
+cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
+                             const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
+                             float* partials, int max_splits, cudaStream_t stream);
 
 /// Floats of scratch attention_prefill needs (0 in this version; pass null or anything).
 int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim);

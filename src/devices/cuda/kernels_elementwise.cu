@@ -18,6 +18,7 @@
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -39,14 +40,11 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 // ---- elementwise binary ops -------------------------------------------------------------------
 
 struct GeluTanhMul {
-  __device__ float operator()(float g, float u) const {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * u;
-  }
+  __device__ float operator()(float g, float u) const { return gelu_tanh_times(g, u); }
 };
 
 struct SiluMul {
-  __device__ float operator()(float g, float u) const { return g / (1.0f + expf(-g)) * u; }
+  __device__ float operator()(float g, float u) const { return silu_times(g, u); }
 };
 
 struct Add {
@@ -58,6 +56,8 @@ struct Add {
 template <typename Op, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     binary_kernel(const float* a, const float* b, float* out, int64_t n, Op op) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   int64_t scalar_begin = 0;
   if constexpr (kVec) {
     const int64_t n4 = n / 4;
@@ -76,9 +76,9 @@ cudaError_t launch_binary(const float* a, const float* b, float* out, int64_t n,
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (aligned16(a) && aligned16(b) && aligned16(out)) {
-    binary_kernel<Op, true><<<blocks_for(n / 4 + 1), kThreads, 0, stream>>>(a, b, out, n, Op{});
+    launch_kernel(binary_kernel<Op, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, a, b, out, n, Op{});
   } else {
-    binary_kernel<Op, false><<<blocks_for(n), kThreads, 0, stream>>>(a, b, out, n, Op{});
+    launch_kernel(binary_kernel<Op, false>, blocks_for(n), kThreads, 0, stream, a, b, out, n, Op{});
   }
   return cudaGetLastError();
 }
@@ -87,12 +87,16 @@ cudaError_t launch_binary(const float* a, const float* b, float* out, int64_t n,
 
 /// y[r, c] += bias[c] over y [rows, n]. grid-stride over rows * n.
 __global__ void __launch_bounds__(kThreads) add_bias_rows_kernel(float* y, const float* bias, int64_t rows, int64_t n) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   for (int64_t i = global_thread(); i < rows * n; i += grid_threads()) y[i] += bias[i % n];
 }
 
 /// y[b, f] = x[b, T - 1, f]. grid-stride over batch * F.
 __global__ void __launch_bounds__(kThreads)
     take_last_kernel(const float* x, float* y, int64_t batch, int64_t T, int64_t F) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   for (int64_t i = global_thread(); i < batch * F; i += grid_threads()) {
     const int64_t b = i / F;
     y[i] = x[(b * T + T - 1) * F + i % F];
@@ -114,6 +118,8 @@ struct alignas(4 * sizeof(W)) Pack4 {
 /// y[i] = W(x[i]); kVec: float4 loads and 4-element stores, then the tail.
 template <typename W, bool kVec>
 __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y, int64_t n) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   int64_t scalar_begin = 0;
   if constexpr (kVec) {
     const int64_t n4 = n / 4;
@@ -140,6 +146,8 @@ template <typename W, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     embedding_kernel(const void* ids, bool ids_i64, const W* table, int64_t vocab, int64_t hidden, float scale,
                      float* out, int* error_flag) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int64_t i = blockIdx.x;
   const int64_t id = ids_i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
   float* o = out + i * hidden;
@@ -180,11 +188,11 @@ cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* tab
   constexpr int64_t kElems = 16 / static_cast<int64_t>(sizeof(W));
   const auto blocks = static_cast<unsigned>(count);
   if (hidden % kElems == 0 && aligned16(table) && aligned16(out)) {
-    embedding_kernel<W, true>
-        <<<blocks, kThreads, 0, stream>>>(ids, ids_i64, table, vocab, hidden, scale, out, error_flag);
+    launch_kernel(embedding_kernel<W, true>, blocks, kThreads, 0, stream, ids, ids_i64, table, vocab, hidden, scale,
+                  out, error_flag);
   } else {
-    embedding_kernel<W, false>
-        <<<blocks, kThreads, 0, stream>>>(ids, ids_i64, table, vocab, hidden, scale, out, error_flag);
+    launch_kernel(embedding_kernel<W, false>, blocks, kThreads, 0, stream, ids, ids_i64, table, vocab, hidden, scale,
+                  out, error_flag);
   }
   return cudaGetLastError();
 }
@@ -204,14 +212,14 @@ cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStrea
 cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows < 0 || n < 0) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
-  add_bias_rows_kernel<<<blocks_for(rows * n), kThreads, 0, stream>>>(y, bias, rows, n);
+  launch_kernel(add_bias_rows_kernel, blocks_for(rows * n), kThreads, 0, stream, y, bias, rows, n);
   return cudaGetLastError();
 }
 
 cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream) {
   if (batch < 0 || T < 1 || F < 0) return cudaErrorInvalidValue;
   if (batch == 0 || F == 0) return cudaSuccess;
-  take_last_kernel<<<blocks_for(batch * F), kThreads, 0, stream>>>(x, y, batch, T, F);
+  launch_kernel(take_last_kernel, blocks_for(batch * F), kThreads, 0, stream, x, y, batch, T, F);
   return cudaGetLastError();
 }
 
@@ -220,9 +228,9 @@ cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream)
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (aligned16(x) && reinterpret_cast<uintptr_t>(y) % alignof(Pack4<W>) == 0) {
-    convert_kernel<W, true><<<blocks_for(n / 4 + 1), kThreads, 0, stream>>>(x, y, n);
+    launch_kernel(convert_kernel<W, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, x, y, n);
   } else {
-    convert_kernel<W, false><<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+    launch_kernel(convert_kernel<W, false>, blocks_for(n), kThreads, 0, stream, x, y, n);
   }
   return cudaGetLastError();
 }

@@ -13,6 +13,7 @@
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -44,6 +45,8 @@ __global__ void __launch_bounds__(kHeadThreads)
     head_norm_rope_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int64_t T, int head_dim,
                           float eps, float offset, int* error_flag) {
   __shared__ float sums[kHeadThreads / 32];
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int64_t block = blockIdx.x;
   // Two parts at most, chosen without a dynamic index (which would copy the parameters
   // to local memory).
@@ -113,17 +116,25 @@ __global__ void __launch_bounds__(kCachedThreads)
                                 float* y, int dim, float eps, float offset) {
   __shared__ float reduce1[kCachedThreads / 32 + 1];
   __shared__ float reduce2[kCachedThreads / 32 + 1];
+  allow_next_kernel();
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float xv[kCachedPer], rv[kCachedPer], g1[kCachedPer], g2[kCachedPer];
+  // The weights first: they are in flight while the previous kernel finishes (launch.h).
+#pragma unroll
+  for (int k = 0; k < kCachedPer; ++k) {
+    const int i = tid + k * kCachedThreads;
+    const bool in = i < dim;
+    g1[k] = in ? to_f32(w_post[i]) : 0.0f;
+    g2[k] = in && w_next != nullptr ? to_f32(w_next[i]) : 0.0f;
+  }
+  wait_for_prior_kernels();
 #pragma unroll
   for (int k = 0; k < kCachedPer; ++k) {
     const int i = tid + k * kCachedThreads;
     const bool in = i < dim;
     xv[k] = in ? x[base + i] : 0.0f;
     rv[k] = in ? residual[base + i] : 0.0f;
-    g1[k] = in ? to_f32(w_post[i]) : 0.0f;
-    g2[k] = in && w_next != nullptr ? to_f32(w_next[i]) : 0.0f;
   }
   float squares = 0.0f;
 #pragma unroll
@@ -156,6 +167,8 @@ __global__ void __launch_bounds__(kRowThreads)
                          int dim, float eps, float offset) {
   __shared__ float reduce1[kRowThreads / 32 + 1];
   __shared__ float reduce2[kRowThreads / 32 + 1];
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   float squares = 0.0f;
@@ -191,8 +204,8 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   const int64_t blocks = args.first_block[count];
   if (blocks == 0) return cudaSuccess;
   if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-  head_norm_rope_kernel<W><<<static_cast<unsigned>(blocks), kHeadThreads, 0, stream>>>(
-      args, count, positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
+  launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, stream, args, count,
+                positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
   return cudaGetLastError();
 }
 
@@ -204,10 +217,11 @@ cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual
   const auto grid = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
   if (dim <= static_cast<int64_t>(kCachedThreads) * kCachedPer) {
-    norm_add_norm_cached_kernel<W>
-        <<<grid, kCachedThreads, 0, stream>>>(x, w_post, residual, sum, w_next, y, d, eps, offset);
+    launch_kernel(norm_add_norm_cached_kernel<W>, grid, kCachedThreads, 0, stream, x, w_post, residual, sum, w_next, y,
+                  d, eps, offset);
   } else {
-    norm_add_norm_kernel<W><<<grid, kRowThreads, 0, stream>>>(x, w_post, residual, sum, w_next, y, d, eps, offset);
+    launch_kernel(norm_add_norm_kernel<W>, grid, kRowThreads, 0, stream, x, w_post, residual, sum, w_next, y, d, eps,
+                  offset);
   }
   return cudaGetLastError();
 }

@@ -18,6 +18,11 @@
 //   reduced with warp shuffles, then across its warps through shared memory.
 // - gemv_multi: the blocks of up to 4 weights (fused QKV, gate+up) are numbered one after
 //   another and served by one grid; a block serves one weight only.
+// - gemv_gated (a gated MLP's gate_up_proj + activation): a row group is gate rows o, o + 1
+//   and up rows o, o + 1, so the group's lanes hold both dot products of an output and
+//   write act(gate) * up; the gate and up vectors are never stored.
+// - The first pass's W loads are issued before the kernel waits for its predecessor
+//   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <cstdint>
@@ -25,6 +30,7 @@
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -49,6 +55,7 @@ struct GemvParams {
   int count;
   int threads_per_row;  // TPR
   int64_t K;
+  GatedActivation activation;  // gemv_gated
 };
 
 /// 16 bytes of W that no other thread writes, bypassing L1 (read once) with a 256-byte L2
@@ -126,10 +133,13 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
 }
 
 /// grid: total_blocks blocks of 256 threads, each block serving one target (see the file
-/// comment), so that the target's pointers are uniform over the block.
-template <typename W, int M, bool kVec>
+/// comment), so that the target's pointers are uniform over the block. kGated: one target
+/// whose group rows are gate rows o, o + 1 (w[0]) and up rows o, o + 1 (w[1]) for the
+/// outputs o, o + 1 of y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
+template <typename W, int M, bool kVec, bool kGated>
 __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kernel(const GemvParams<W> p) {
   constexpr int R = kRowsPerGroup;
+  constexpr int kOutsPerGroup = kGated ? R / 2 : R;
   using C = Chunk<W, kVec>;
   constexpr int E = C::kElems;
   __shared__ float partial[kGemvThreads / 32][M * R];
@@ -144,19 +154,21 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
   const float* bias = p.bias[0];
   float* y = p.y[0];
   int64_t N = p.n[0];
+  if constexpr (!kGated) {
 #pragma unroll
-  for (int i = 1; i < kGemvMaxTargets; ++i) {
-    if (i < p.count && block >= p.block_end[i - 1]) {
-      first_block = p.block_end[i - 1];
-      w = p.w[i];
-      bias = p.bias[i];
-      y = p.y[i];
-      N = p.n[i];
+    for (int i = 1; i < kGemvMaxTargets; ++i) {
+      if (i < p.count && block >= p.block_end[i - 1]) {
+        first_block = p.block_end[i - 1];
+        w = p.w[i];
+        bias = p.bias[i];
+        y = p.y[i];
+        N = p.n[i];
+      }
     }
   }
   const int64_t group = (block - first_block) * (kGemvThreads / tpr) + static_cast<int>(threadIdx.x) / tpr;
-  const int64_t n0 = group * R;
-  const bool active = n0 < N;  // inactive threads still join the barrier below
+  const int64_t n0 = group * kOutsPerGroup;  // the group's first output
+  const bool active = n0 < N;                // inactive threads still join the barrier below
   const int64_t K = p.K;
 
   float acc[M][R];
@@ -166,24 +178,34 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
   }
 
+  allow_next_kernel();
   if (active) {
     const int64_t chunks = K / E;  // kVec: K % E == 0
+    const int64_t stride = static_cast<int64_t>(tpr) * kUnroll;
     // Row pointers hoisted out of the loop (rows past N: any valid row, never loaded).
     const W* rows[R];
     bool row_in[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      row_in[r] = n0 + r < N;
-      rows[r] = w + (row_in[r] ? n0 + r : 0) * K;
+      const int64_t n = n0 + r % kOutsPerGroup;
+      row_in[r] = n < N;
+      const W* matrix = kGated && r >= kOutsPerGroup ? p.w[1] : w;
+      rows[r] = matrix + (row_in[r] ? n : 0) * K;
     }
-    for (int64_t base = j; base < chunks; base += static_cast<int64_t>(tpr) * kUnroll) {
-      C raw[kUnroll][R];
+    C raw[kUnroll][R];
+    const auto fetch = [&](int64_t base) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = base + static_cast<int64_t>(u) * tpr;
 #pragma unroll
         for (int r = 0; r < R; ++r) raw[u][r] = c < chunks && row_in[r] ? C::fetch(rows[r] + c * E) : C::zero();
       }
+    };
+    // The first pass's weights depend on nothing the previous kernel writes: their loads
+    // are in flight while it finishes (launch.h).
+    fetch(j);
+    wait_for_prior_kernels();
+    for (int64_t base = j; base < chunks; base += stride) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = base + static_cast<int64_t>(u) * tpr;
@@ -202,7 +224,10 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
           }
         }
       }
+      if (base + stride < chunks) fetch(base + stride);
     }
+  } else {
+    wait_for_prior_kernels();
   }
 
   // Reduce over the TPR threads of the group; every lane of a warp ends with the warp's sums.
@@ -213,46 +238,78 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
   }
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  if (tpr == 32) {  // one warp per group: lane m * R + r writes output (m, r)
+  // total: in the group's first warp, lane l < M * R holds the dot product of x row l / R
+  // with group row l % R.
+  float total = 0.0f;
+  if (tpr == 32) {  // one warp per group
     if (!active) return;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        if (lane == m * R + r && n0 + r < N) {
-          y[m * N + n0 + r] = acc[m][r] + (bias != nullptr ? bias[n0 + r] : 0.0f);
-        }
+      for (int r = 0; r < R; ++r) total = lane == m * R + r ? acc[m][r] : total;
+    }
+  } else {
+    if (lane == 0) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) partial[warp][m * R + r] = acc[m][r];
       }
     }
-    return;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int m = 0; m < M; ++m) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) partial[warp][m * R + r] = acc[m][r];
+    __syncthreads();  // tpr is uniform over the block, so every thread reaches this barrier
+    const int warps_per_group = tpr / 32;
+    // Whole warps leave (a group is whole warps), so the shuffle below has every lane.
+    if (!active || warp % warps_per_group != 0) return;
+    if (lane < M * R) {
+      for (int i = 0; i < warps_per_group; ++i) total += partial[warp + i][lane];
     }
   }
-  __syncthreads();  // tpr is uniform over the block, so every thread reaches this barrier
-  const int warps_per_group = tpr / 32;
-  if (!active || warp % warps_per_group != 0 || lane >= M * R) return;
-  float sum = 0.0f;
-  for (int i = 0; i < warps_per_group; ++i) sum += partial[warp + i][lane];
   const int m = lane / R;
   const int r = lane % R;
-  if (n0 + r < N) y[m * N + n0 + r] = sum + (bias != nullptr ? bias[n0 + r] : 0.0f);
+  if constexpr (kGated) {
+    const float up = __shfl_down_sync(0xffffffffu, total, kOutsPerGroup);  // up row r of the same x row
+    const int64_t n = n0 + r;
+    if (lane < M * R && r < kOutsPerGroup && n < N) {
+      const float g = total + (bias != nullptr ? bias[n] : 0.0f);
+      const float u = up + (p.bias[1] != nullptr ? p.bias[1][n] : 0.0f);
+      y[m * N + n] = p.activation == GatedActivation::kGeluTanh ? gelu_tanh_times(g, u) : silu_times(g, u);
+    }
+  } else {
+    if (lane < M * R && n0 + r < N) y[m * N + n0 + r] = total + (bias != nullptr ? bias[n0 + r] : 0.0f);
+  }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename W, int M>
+template <typename W, int M, bool kGated>
 void launch_gemv(const GemvParams<W>& p, bool vec, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(p.total_blocks);
   if (vec) {
-    gemv_kernel<W, M, true><<<blocks, kGemvThreads, 0, stream>>>(p);
+    launch_kernel(gemv_kernel<W, M, true, kGated>, blocks, kGemvThreads, 0, stream, p);
   } else {
-    gemv_kernel<W, M, false><<<blocks, kGemvThreads, 0, stream>>>(p);
+    launch_kernel(gemv_kernel<W, M, false, kGated>, blocks, kGemvThreads, 0, stream, p);
   }
+}
+
+template <typename W, bool kGated>
+void launch_gemv(const GemvParams<W>& p, int64_t M, bool vec, cudaStream_t stream) {
+  switch (M) {
+    case 1: launch_gemv<W, 1, kGated>(p, vec, stream); break;
+    case 2: launch_gemv<W, 2, kGated>(p, vec, stream); break;
+    case 3: launch_gemv<W, 3, kGated>(p, vec, stream); break;
+    case 4: launch_gemv<W, 4, kGated>(p, vec, stream); break;
+    case 5: launch_gemv<W, 5, kGated>(p, vec, stream); break;
+    case 6: launch_gemv<W, 6, kGated>(p, vec, stream); break;
+    case 7: launch_gemv<W, 7, kGated>(p, vec, stream); break;
+    default: launch_gemv<W, 8, kGated>(p, vec, stream); break;
+  }
+}
+
+/// The fewest threads per group that leave each thread at most kUnroll chunks per pass.
+int threads_per_row(int64_t chunks) {
+  int tpr = 32;
+  while (tpr < kGemvThreads && static_cast<int64_t>(tpr) * kUnroll < chunks) tpr *= 2;
+  return tpr;
 }
 
 }  // namespace
@@ -278,12 +335,8 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
     if (t.n < 0 || (t.n > 0 && (t.w == nullptr || t.y == nullptr))) return cudaErrorInvalidValue;
     vec = vec && aligned16(t.w);
   }
-  // The fewest threads per group that leave each thread at most kUnroll chunks per pass.
-  const int64_t chunks = vec ? K / kVecElems : K;
-  int tpr = 32;
-  while (tpr < kGemvThreads && static_cast<int64_t>(tpr) * kUnroll < chunks) tpr *= 2;
-  p.threads_per_row = tpr;
-  const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / tpr) * R;
+  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K);
+  const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * R;
   for (int i = 0; i < count; ++i) {
     const GemvTarget<W>& t = targets[i];
     p.w[i] = t.w;
@@ -295,16 +348,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   }
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
   if (p.total_blocks == 0) return cudaSuccess;
-  switch (M) {
-    case 1: launch_gemv<W, 1>(p, vec, stream); break;
-    case 2: launch_gemv<W, 2>(p, vec, stream); break;
-    case 3: launch_gemv<W, 3>(p, vec, stream); break;
-    case 4: launch_gemv<W, 4>(p, vec, stream); break;
-    case 5: launch_gemv<W, 5>(p, vec, stream); break;
-    case 6: launch_gemv<W, 6>(p, vec, stream); break;
-    case 7: launch_gemv<W, 7>(p, vec, stream); break;
-    default: launch_gemv<W, 8>(p, vec, stream); break;
-  }
+  launch_gemv<W, false>(p, M, vec, stream);
   return cudaGetLastError();
 }
 
@@ -315,9 +359,41 @@ cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_
   return gemv_multi<W>(x, &target, 1, M, K, stream);
 }
 
+template <typename W>
+cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
+  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 ||
+      (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
+      (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
+    return cudaErrorInvalidValue;
+  }
+  if (M == 0 || N == 0) return cudaSuccess;
+  constexpr int64_t kVecElems = 16 / static_cast<int64_t>(sizeof(W));
+  GemvParams<W> p{};
+  p.x = x;
+  p.w[0] = w_gate;
+  p.w[1] = w_up;
+  p.bias[0] = bias_gate;
+  p.bias[1] = bias_up;
+  p.y[0] = y;
+  p.n[0] = N;
+  p.count = 1;
+  p.K = K;
+  p.activation = activation;
+  const bool vec = K % kVecElems == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
+  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K);
+  const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (kRowsPerGroup / 2);
+  p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
+  for (int64_t& end : p.block_end) end = p.total_blocks;
+  launch_gemv<W, true>(p, M, vec, stream);
+  return cudaGetLastError();
+}
+
 #define GEARBOX_INSTANTIATE_GEMV(W)                                                                                    \
   template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t); \
-  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t);
+  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t);         \
+  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,    \
+                                     float*, int64_t, int64_t, int64_t, cudaStream_t);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GEMV(__half)

@@ -13,6 +13,7 @@
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -78,6 +79,8 @@ __device__ __forceinline__ void scale_row(const float* xr, const W* w, float* yr
 template <typename W, bool kVec>
 __global__ void __launch_bounds__(32 * kNormWarpRowsPerBlock)
     rms_norm_warp_kernel(const float* x, const W* w, float* y, int64_t rows, int dim, float eps, float offset) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kNormWarpRowsPerBlock + threadIdx.x / 32;
   if (row >= rows) return;  // the whole warp leaves: no block-wide barrier follows
   const int lane = static_cast<int>(threadIdx.x % 32);
@@ -92,6 +95,8 @@ __global__ void __launch_bounds__(kNormBlockThreads)
     rms_norm_block_kernel(const float* x, const W* w, float* y, int dim, float eps, float offset) {
   __shared__ float warp_sums[kNormBlockThreads / 32];
   __shared__ float inv_rms_shared;
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int tid = static_cast<int>(threadIdx.x);
   const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
   const float partial = warp_sum(partial_sum_squares<kVec>(xr, dim, tid, kNormBlockThreads));
@@ -112,10 +117,11 @@ void launch_rms_norm(const float* x, const W* w, float* y, int64_t rows, int dim
                      cudaStream_t stream) {
   if (dim <= kNormWarpMaxDim) {
     const auto blocks = static_cast<unsigned>((rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
-    rms_norm_warp_kernel<W, kVec><<<blocks, 32 * kNormWarpRowsPerBlock, 0, stream>>>(x, w, y, rows, dim, eps, offset);
+    launch_kernel(rms_norm_warp_kernel<W, kVec>, blocks, 32 * kNormWarpRowsPerBlock, 0, stream, x, w, y, rows, dim, eps,
+                  offset);
   } else {
-    rms_norm_block_kernel<W, kVec>
-        <<<static_cast<unsigned>(rows), kNormBlockThreads, 0, stream>>>(x, w, y, dim, eps, offset);
+    launch_kernel(rms_norm_block_kernel<W, kVec>, static_cast<unsigned>(rows), kNormBlockThreads, 0, stream, x, w, y,
+                  dim, eps, offset);
   }
 }
 
@@ -128,6 +134,8 @@ constexpr int kRopeThreads = 128;
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int heads, int head_dim,
                 float theta, float position_scale, int* error_flag) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
   const int half = head_dim / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kRopeThreads + threadIdx.x;
   if (idx >= T * half) return;
@@ -193,8 +201,8 @@ cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, 
   const int64_t work = T * (head_dim / 2);
   if (work == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>((work + kRopeThreads - 1) / kRopeThreads);
-  rope_kernel<<<blocks, kRopeThreads, 0, stream>>>(x, positions, pos_i64, y, T, static_cast<int>(heads),
-                                                   static_cast<int>(head_dim), theta, position_scale, error_flag);
+  launch_kernel(rope_kernel, blocks, kRopeThreads, 0, stream, x, positions, pos_i64, y, T, static_cast<int>(heads),
+                static_cast<int>(head_dim), theta, position_scale, error_flag);
   return cudaGetLastError();
 }
 

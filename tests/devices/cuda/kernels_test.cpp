@@ -720,6 +720,68 @@ TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
       << "M above kGemvMaxRows";
 }
 
+TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
+  struct Case {
+    int64_t M, N, K;
+    bool bias;
+    int lead;  // 1: misaligned x and weights (the scalar path)
+  };
+  const Case cases[] = {{1, 1, 1, false, 0},      {1, 7, 13, true, 0},       {3, 130, 1152, true, 0},
+                        {8, 130, 1152, false, 0}, {1, 6912, 1152, false, 0}, {2, 5, 6912, true, 0},
+                        {5, 33, 64, false, 1},    {1, 1152, 2304, false, 0}};
+  for (DataType type : kWeightTypes) {
+    for (cuda::GatedActivation act : {cuda::GatedActivation::kGeluTanh, cuda::GatedActivation::kSilu}) {
+      for (const Case& c : cases) {
+        const std::vector<float> x = random_floats(c.M * c.K, 50);
+        const Weights wg = make_weights(type, random_floats(c.N * c.K, 51), c.lead);
+        const Weights wu = make_weights(type, random_floats(c.N * c.K, 52), c.lead);
+        const std::vector<float> bg = random_floats(c.N, 53), bu = random_floats(c.N, 54);
+        std::vector<float> x_lead(static_cast<size_t>(c.lead), 0.0f);
+        x_lead.insert(x_lead.end(), x.begin(), x.end());
+        Floats d_x(x_lead), d_bg(bg), d_bu(bu);
+        DeviceBuffer<uint8_t> d_wg(wg.bytes), d_wu(wu.bytes);
+        Floats y = Floats::poisoned(c.M * c.N);
+        ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                    using W = decltype(tag);
+                    return cuda::gemv_gated<W>(d_x.get() + c.lead, weight_ptr<W>(d_wg, c.lead),
+                                               weight_ptr<W>(d_wu, c.lead), c.bias ? d_bg.get() : nullptr,
+                                               c.bias ? d_bu.get() : nullptr, act, y.get(), c.M, c.N, c.K, stream_);
+                  }));
+        sync();
+        const auto n = static_cast<size_t>(c.M * c.N);
+        std::vector<float> gate(n), up(n), want(n);
+        cpu::linear_small_m(x.data(), wg.rounded.data(), c.bias ? bg.data() : nullptr, gate.data(), c.M, c.N, c.K);
+        cpu::linear_small_m(x.data(), wu.rounded.data(), c.bias ? bu.data() : nullptr, up.data(), c.M, c.N, c.K);
+        if (act == cuda::GatedActivation::kGeluTanh) {
+          cpu::gelu_tanh_mul(gate.data(), up.data(), want.data(), c.M * c.N);
+        } else {
+          cpu::silu_mul(gate.data(), up.data(), want.data(), c.M * c.N);
+        }
+        // The two reductions' allowances carried through act(g) * u (|act'| <= 1.13).
+        const std::vector<double> sg = reduction_slack(x, wg.rounded, c.M, c.N, c.K);
+        const std::vector<double> su = reduction_slack(x, wu.rounded, c.M, c.N, c.K);
+        std::vector<double> slack(n);
+        for (size_t i = 0; i < n; ++i) {
+          slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
+        }
+        const std::string what = std::string("gemv_gated ") + data_type_name(type) +
+                                 (act == cuda::GatedActivation::kGeluTanh ? " gelu " : " silu ") +
+                                 shape({{"M", c.M}, {"N", c.N}, {"K", c.K}, {"bias", c.bias}, {"lead", c.lead}});
+        EXPECT_TRUE(close(what, y.download(), want, {}, slack));
+        EXPECT_TRUE(y.guard_intact()) << what;
+      }
+    }
+  }
+  Floats dummy = Floats::poisoned(1);
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
+                                                           cuda::GatedActivation::kSilu, dummy.get(), 9, 1, 1, stream_))
+      << "M above kGemvMaxRows";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
+                                    static_cast<cuda::GatedActivation>(7), dummy.get(), 1, 1, 1, stream_))
+      << "unknown activation";
+}
+
 // ---- cuBLASLt GEMM ---------------------------------------------------------------------------------------
 
 TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
@@ -808,8 +870,9 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
       std::max<int64_t>(1, cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits)));
   cudaError_t err;
   if (kernel == AttentionKernel::kDecode) {
-    err = cuda::attention_decode(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
-                                 c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits, stream);
+    err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
+                                 c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
+                                 stream);
   } else {
     err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
                                   c.head_dim, kMaxCtx, c.window, scale, nullptr, stream);
@@ -888,6 +951,53 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
   EXPECT_EQ(cuda::attention_decode_splits(100, 0, 64), 4) << "at least 32 keys per split";
 }
 
+TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
+  // The new rows of the caches hold NaN before the call: reading them instead of k_new /
+  // v_new would show. T = 1 is the fused path, T = 3 the kv_cache_write + attention one.
+  for (const AttentionCase& c : kAttentionCases) {
+    for (const std::vector<int64_t>& pos :
+         {std::vector<int64_t>{0}, std::vector<int64_t>{700}, std::vector<int64_t>{300, 301, 302}}) {
+      const auto T = static_cast<int64_t>(pos.size());
+      const int64_t width = c.kv_heads * c.head_dim;
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 63);
+      const std::vector<float> k_new = random_floats(T * width, 64), v_new = random_floats(T * width, 65);
+      std::vector<float> kc = make_cache(c, pos, 66), vc = make_cache(c, pos, 67);
+      for (int64_t t = 0; t < T; ++t) {
+        std::fill_n(kc.begin() + pos[t] * width, width, kNaN);
+        std::fill_n(vc.begin() + pos[t] * width, width, kNaN);
+      }
+      for (int max_splits : {1, 16, 64}) {
+        Floats d_kc(kc), d_vc(vc), d_k_new(k_new), d_v_new(v_new), d_q(q);
+        Indices d_pos(false, pos);
+        Floats out = Floats::poisoned(T * c.heads * c.head_dim);
+        Floats partials = Floats::poisoned(cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits));
+        ASSERT_EQ(cudaSuccess,
+                  cuda::attention_decode(d_q.get(), d_k_new.get(), d_v_new.get(), d_kc.get(), d_vc.get(), d_pos.get(),
+                                         false, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
+                                         1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get(), max_splits,
+                                         stream_));
+        sync();
+        std::vector<float> kc_want = kc, vc_want = vc;
+        for (int64_t t = 0; t < T; ++t) {
+          std::copy_n(k_new.begin() + t * width, width, kc_want.begin() + pos[t] * width);
+          std::copy_n(v_new.begin() + t * width, width, vc_want.begin() + pos[t] * width);
+        }
+        const std::string what = attention_name("attention_decode with new rows", c, pos, max_splits);
+        EXPECT_TRUE(close(what, out.download(), cpu_attention(c, q, kc_want, vc_want, pos), {2e-5, 1e-4}));
+        // The caches: the new rows written, every other row as it was (NaN rows compare equal).
+        const std::vector<float> kc_got = d_kc.download(), vc_got = d_vc.download();
+        size_t differ = 0;
+        for (size_t i = 0; i < kc_got.size(); ++i) {
+          const auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+          differ += !same(kc_got[i], kc_want[i]) || !same(vc_got[i], vc_want[i]);
+        }
+        EXPECT_EQ(differ, 0u) << what << ": cache elements not as kv_cache_write leaves them";
+        EXPECT_TRUE(out.guard_intact() && d_kc.guard_intact() && d_vc.guard_intact()) << what;
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
   for (const AttentionCase& c : kAttentionCases) {
     for (int64_t T : {1, 2, 7, 33, 129}) {
@@ -923,9 +1033,13 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   }
   Floats out = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::attention_decode(out.get(), out.get(), out.get(), d_pos.get(), false, out.get(), 1, 4, 1, 300,
-                                   kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
+            cuda::attention_decode(out.get(), nullptr, nullptr, out.get(), out.get(), d_pos.get(), false, out.get(), 1,
+                                   4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
       << "head_dim above 256";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::attention_decode(out.get(), out.get(), nullptr, out.get(), out.get(), d_pos.get(), false, out.get(),
+                                   1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
+      << "k_new without v_new";
   EXPECT_EQ(cudaErrorInvalidValue, cuda::attention_prefill(out.get(), out.get(), out.get(), d_pos.get(), false,
                                                            out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
       << "heads not a multiple of kv_heads";
