@@ -138,10 +138,16 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, cudaStream_t stream);
 
-/// Floats of scratch attention_prefill needs (0 in this version; pass null or anything).
+/// How many ways attention_prefill splits the keys of each block of 16 query rows: enough
+/// blocks to fill an H200 for short prompts (1 from 512 tokens at 4 heads), at most 8.
+int attention_prefill_splits(int64_t T, int64_t heads);
+/// Floats of scratch attention_prefill needs for any T' <= T (the splits' partials, as
+/// attention_decode_partials_floats; 0 when no T' splits).
 int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim);
 /// Tiled attention for any T: a block takes 16 query rows of one head, walks the keys in
-/// tiles of 32 staged in shared memory, online softmax, f32 (no tensor cores).
+/// tiles of 32 staged in shared memory, online softmax, f32 (no tensor cores). With
+/// attention_prefill_splits(T, heads) > 1 the keys are split across blocks and combined by
+/// a second kernel through `scratch` (attention_prefill_scratch_floats(T, ...) floats).
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
                               int64_t max_ctx, int64_t window, float scale, float* scratch, cudaStream_t stream);

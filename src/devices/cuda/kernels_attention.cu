@@ -520,6 +520,10 @@ constexpr int kPrefillThreads = 128;
 constexpr int kPrefillLanesPerRow = kPrefillThreads / kPrefillRows;        // 8, adjacent lanes of one warp
 constexpr int kPrefillScoresPerLane = kPrefillKeys / kPrefillLanesPerRow;  // 4
 constexpr int kPrefillDPerLane = kMaxD / kPrefillLanesPerRow;              // 32
+// Blocks the prefill launch aims for (4 per SM of an H200) by splitting the keys of few row
+// blocks (short prompts), at most kPrefillMaxSplits ways.
+constexpr int64_t kPrefillTargetBlocks = 4 * 132;
+constexpr int64_t kPrefillMaxSplits = 8;
 
 /// Shared memory: q [16][D + 1], k [32][D + 1] (odd strides: a lane per key reads without
 /// bank conflicts), v [32][D], p [16][33].
@@ -528,13 +532,17 @@ size_t prefill_smem_bytes(int D) {
                                              kPrefillRows * (kPrefillKeys + 1));
 }
 
-/// One block: 16 consecutive query rows of head h against every key any of them sees, in
+/// One block: 16 consecutive query rows of head h against the keys any of them sees, in
 /// tiles of 32 staged in shared memory. Lanes 8r..8r+7 own row r: scores for keys
 /// c = lane % 8 + 8i (i < 4), then output dims d = lane % 8 + 8i (i < 32), with the row's
 /// max and sum kept in those lanes' registers (8-lane shuffles).
-/// grid: (ceil(T / 16), heads) blocks of 128 threads.
+/// With splits > 1, block z takes the z-th of `splits` runs of tiles and writes its
+/// unnormalized result as a split-KV partial (decode's layout and base-2 max), which the
+/// combine kernel merges: short prompts give few row blocks, and the splits fill the GPU.
+/// grid: (ceil(T / 16), heads, splits) blocks of 128 threads.
 template <bool kVec4>
-__global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(const AttentionArgs a) {
+__global__ void __launch_bounds__(kPrefillThreads)
+    attention_prefill_kernel(const AttentionArgs a, float* partials, int splits) {
   extern __shared__ __align__(16) float smem[];
   const int D = a.head_dim;
   float* q_s = smem;
@@ -565,6 +573,14 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
     if (!position_valid(pr, a.max_ctx)) continue;
     keys_begin = min(keys_begin, window_start(pr, a.window));
     keys_end = max(keys_end, pr + 1);
+  }
+  const int split = static_cast<int>(blockIdx.z);
+  if (splits > 1 && keys_begin < keys_end) {  // this split's run of whole tiles
+    const int64_t tiles = (keys_end - keys_begin + kPrefillKeys - 1) / kPrefillKeys;
+    const int64_t per_split = (tiles + splits - 1) / splits;
+    const int64_t begin = keys_begin + split * per_split * kPrefillKeys;
+    keys_end = min(keys_end, begin + per_split * kPrefillKeys);
+    keys_begin = begin;  // >= keys_end: no keys for this split
   }
 
   for (int e = tid; e < kPrefillRows * D; e += kPrefillThreads) {
@@ -663,6 +679,21 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
   }
 
   if (!row_in) return;
+  if (splits > 1) {  // m in base-2 units (score * log2 e), as the combine kernel weighs them
+    const int64_t th = t * a.heads + h;
+    float* acc_out = partials + (th * splits + split) * D;
+#pragma unroll
+    for (int i = 0; i < kPrefillDPerLane; ++i) {
+      const int d = cg + kPrefillLanesPerRow * i;
+      if (d < D) acc_out[d] = acc[i];
+    }
+    if (cg == 0) {
+      float* m_out = partials + a.T * a.heads * splits * D + th * splits + split;
+      *m_out = m == -CUDART_INF_F ? m : m * 1.4426950408889634f;
+      m_out[a.T * a.heads * splits] = l;
+    }
+    return;
+  }
   float* o = a.out + t * q_width + static_cast<int64_t>(h) * D;
   const float inv = 1.0f / l;
 #pragma unroll
@@ -789,11 +820,26 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   return cudaGetLastError();
 }
 
-int64_t attention_prefill_scratch_floats(int64_t /*T*/, int64_t /*heads*/, int64_t /*head_dim*/) { return 0; }
+int attention_prefill_splits(int64_t T, int64_t heads) {
+  const int64_t blocks = (T + kPrefillRows - 1) / kPrefillRows * heads;
+  if (blocks <= 0) return 1;
+  return static_cast<int>(std::clamp<int64_t>((kPrefillTargetBlocks + blocks - 1) / blocks, 1, kPrefillMaxSplits));
+}
+
+int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
+  if (T <= 0 || heads <= 0 || head_dim <= 0) return 0;
+  int64_t most = 0;  // any t <= T may run: the largest t * splits(t)
+  for (int64_t t = 1; t <= T; ++t) {
+    const int splits = attention_prefill_splits(t, heads);
+    if (splits > 1) most = std::max(most, attention_decode_partials_floats(t, heads, head_dim, splits));
+    if (splits == 1) break;  // splits only fall as t grows
+  }
+  return most;
+}
 
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              int64_t max_ctx, int64_t window, float scale, float* /*scratch*/, cudaStream_t stream) {
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, cudaStream_t stream) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
     return cudaErrorInvalidValue;
   }
@@ -802,7 +848,10 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache);
   const size_t smem = prefill_smem_bytes(static_cast<int>(head_dim));
-  const dim3 grid(static_cast<unsigned>((T + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(heads));
+  const int splits = attention_prefill_splits(T, heads);
+  if (splits > 1 && scratch == nullptr) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((T + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(heads),
+                  static_cast<unsigned>(splits));
   // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
   const auto kernel = vec4 ? attention_prefill_kernel<true> : attention_prefill_kernel<false>;
   const cudaError_t attr =
@@ -810,7 +859,17 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
   if (attr != cudaSuccess) return attr;
   // A plain launch (launch.h): this kernel runs long enough that an early start gains
   // nothing, and the waits cost it registers (96 -> 80 with them, 25% slower at 512 tokens).
-  kernel<<<grid, kPrefillThreads, smem, stream>>>(a);
+  kernel<<<grid, kPrefillThreads, smem, stream>>>(a, scratch, splits);
+  if (splits > 1) {
+    const dim3 combine_grid(static_cast<unsigned>(heads), static_cast<unsigned>(T));
+    if (vec4 && aligned16(scratch)) {
+      launch_kernel(attention_decode_combine_kernel<true>, combine_grid, kCombineThreads, 0, stream, a, scratch,
+                    splits);
+    } else {
+      launch_kernel(attention_decode_combine_kernel<false>, combine_grid, kCombineThreads, 0, stream, a, scratch,
+                    splits);
+    }
+  }
   return cudaGetLastError();
 }
 

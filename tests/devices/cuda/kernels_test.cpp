@@ -866,8 +866,9 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Floats d_q(q);
   Floats out = Floats::poisoned(T * c.heads * c.head_dim);
-  Floats partials = Floats::poisoned(
-      std::max<int64_t>(1, cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits)));
+  Floats partials = Floats::poisoned(std::max<int64_t>(
+      1, kernel == AttentionKernel::kDecode ? cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits)
+                                            : cuda::attention_prefill_scratch_floats(T, c.heads, c.head_dim)));
   cudaError_t err;
   if (kernel == AttentionKernel::kDecode) {
     err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
@@ -875,7 +876,7 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
                                  stream);
   } else {
     err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
-                                  c.head_dim, kMaxCtx, c.window, scale, nullptr, stream);
+                                  c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
   }
   CUDA_CHECK(err);
   CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -1013,6 +1014,28 @@ TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
         EXPECT_TRUE(
             close(attention_name("attention_prefill", c, pos, 0), got, cpu_attention(c, q, kc, vc, pos), {2e-5, 1e-4}));
       }
+    }
+  }
+}
+
+TEST_F(CudaKernels, AttentionPrefillSplitOrNotMatchesCpu) {
+  // 32 heads: 300 tokens give 19 * 32 = 608 row blocks (no split), 40 tokens 96 (split 6
+  // ways, combined by the second kernel); causal and sliding.
+  EXPECT_EQ(cuda::attention_prefill_splits(300, 32), 1);
+  EXPECT_EQ(cuda::attention_prefill_splits(40, 32), 6);
+  EXPECT_EQ(cuda::attention_prefill_splits(1, 4), 8) << "at most 8 splits";
+  EXPECT_EQ(cuda::attention_prefill_scratch_floats(300, 32, 64), cuda::attention_decode_partials_floats(256, 32, 64, 2))
+      << "256 tokens split 2 ways: the largest tokens x splits up to 300";
+  for (const AttentionCase& c : {AttentionCase{32, 8, 64, 0}, AttentionCase{32, 8, 64, 100}}) {
+    for (int64_t T : {40, 300}) {
+      const std::vector<int64_t> pos = iota(5, T);
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 83);
+      const std::vector<float> kc = make_cache(c, pos, 84), vc = make_cache(c, pos, 85);
+      Floats d_kc(kc), d_vc(vc);
+      Indices d_pos(true, pos);
+      const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_);
+      const std::string what = attention_name("attention_prefill", c, pos, cuda::attention_prefill_splits(T, c.heads));
+      EXPECT_TRUE(close(what, got, cpu_attention(c, q, kc, vc, pos), {2e-5, 1e-4}));
     }
   }
 }
