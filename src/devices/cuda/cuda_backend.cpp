@@ -27,6 +27,11 @@ using ir::Network;
 using ir::Node;
 using ir::OpKind;
 
+// Raised when a kernel change can change which tactic is fastest, so that tactics timed
+// against older kernels are tuned again at load (COMPATIBILITY.md). 2: programmatic
+// dependent launch, the gated GEMV, the split prefill attention.
+constexpr int kKernelsVersion = 2;
+
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
 constexpr uint32_t kLinearGemv = 1;
@@ -484,7 +489,8 @@ class CudaBackend final : public DeviceBackend {
     int runtime = 0;
     (void)cudaRuntimeGetVersion(&runtime);
     return "cuda " + std::to_string(runtime / 1000) + "." + std::to_string(runtime % 1000 / 10) + ", sm_" +
-           std::to_string(prop_.major * 10 + prop_.minor) + ", " + cuda::CublasLtGemm::version() + ", kernels 1";
+           std::to_string(prop_.major * 10 + prop_.minor) + ", " + cuda::CublasLtGemm::version() + ", kernels " +
+           std::to_string(kKernelsVersion);
   }
   DataType storage_type(DataType declared) const noexcept override {
     return declared == DataType::kI32 || declared == DataType::kI64 ? declared : DataType::kF32;
