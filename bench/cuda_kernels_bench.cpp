@@ -280,6 +280,36 @@ void bench_attention(cudaStream_t stream) {
 
 // ---- cuBLASLt GEMM ----------------------------------------------------------------------------------
 
+// ---- attention prefill ------------------------------------------------------------------------------
+
+void bench_attention_prefill(cudaStream_t stream) {
+  std::printf("\n== attention_prefill, heads 4, kv_heads 1, head_dim 256, causal (FLOP: QK^T and PV) ==\n");
+  const int64_t heads = 4, kv_heads = 1, hd = 256, max_ctx = 2048;
+  const int64_t width = kv_heads * hd;
+  DeviceMemory kc(static_cast<size_t>(max_ctx * width) * 4), vc(static_cast<size_t>(max_ctx * width) * 4);
+  fill_f32(kc.as<float>(), max_ctx * width, 11);
+  fill_f32(vc.as<float>(), max_ctx * width, 12);
+  for (int64_t T : {128, 512, 2048}) {
+    DeviceMemory q(static_cast<size_t>(T * heads * hd) * 4), out(static_cast<size_t>(T * heads * hd) * 4);
+    fill_f32(q.as<float>(), T * heads * hd, 13);
+    std::vector<int32_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+    DeviceMemory pos(positions.size() * sizeof(int32_t));
+    CHECK(cudaMemcpy(pos.ptr, positions.data(), positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    DeviceMemory scratch(
+        static_cast<size_t>(std::max<int64_t>(1, cuda::attention_prefill_scratch_floats(T, heads, hd))) * 4);
+    const Timing t = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill(q.as<float>(), kc.as<float>(), vc.as<float>(), pos.ptr, false, out.as<float>(), T,
+                                    heads, kv_heads, hd, max_ctx, 0, 0.0625f, scratch.as<float>(), stream));
+    });
+    const auto tokens = static_cast<double>(T);
+    const double flop = 2.0 * 2.0 * static_cast<double>(heads * hd) * (tokens * (tokens + 1) / 2);
+    print("prefill tiled T=" + std::to_string(T) + " (splits " +
+              std::to_string(cuda::attention_prefill_splits(T, heads)) + ")",
+          t, flop, 1e6, "TFLOP/s");
+  }
+}
+
 void bench_gemm(cudaStream_t stream) {
   gearbox::Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
   check_status(gemm.status(), "CublasLtGemm::create");
@@ -338,6 +368,7 @@ int main(int argc, char** argv) {
   measure_floor(stream);
   if (only.empty() || only == "gemv") bench_gemv(stream);
   if (only.empty() || only == "attention") bench_attention(stream);
+  if (only.empty() || only == "prefill") bench_attention_prefill(stream);
   if (only.empty() || only == "gemm") bench_gemm(stream);
   CHECK(cudaStreamDestroy(stream));
   return 0;
