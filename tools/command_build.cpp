@@ -15,6 +15,7 @@
 #include "models/hf_weights.h"
 #include "models/network_json.h"
 #include "models/safetensors.h"
+#include "runner.h"
 #include "tokenizer.h"
 
 namespace gearbox::cli {
@@ -48,21 +49,6 @@ Result<DataType> parse_dtype(const std::string& s) {
   if (s == "bf16") return DataType::kBF16;
   if (s == "f16") return DataType::kF16;
   return invalid_argument("--dtype: '" + s + "' is not f32, bf16 or f16");
-}
-
-Result<DeviceKind> parse_device(const std::string& s) {
-  if (s == "cpu") return DeviceKind::kCpu;
-  if (s == "cuda") return DeviceKind::kCuda;
-  if (s == "auto") {
-    Result<std::vector<DeviceInfo>> devices = list_devices();
-    if (devices.ok()) {
-      for (const DeviceInfo& d : *devices) {
-        if (d.kind == DeviceKind::kCuda && internal::device_backend(DeviceKind::kCuda).ok()) return DeviceKind::kCuda;
-      }
-    }
-    return DeviceKind::kCpu;
-  }
-  return invalid_argument("--device: '" + s + "' is not cpu, cuda or auto");
 }
 
 std::string join(const std::vector<int64_t>& v) {
@@ -108,7 +94,7 @@ int run_build(std::span<const std::string_view> args) {
   }
   if (out.empty()) return fail("build", invalid_argument("-o FILE is required"), 2);
   if (max_seq < 1) return fail("build", invalid_argument("--max-seq must be >= 1"), 2);
-  Result<DeviceKind> device = parse_device(device_flag);
+  Result<DeviceKind> device = device_from_flag(device_flag);
   if (!device.ok()) return fail("build", device.status(), 2);
 
   std::vector<format::ProfileDesc> profiles;

@@ -9,11 +9,9 @@
 namespace gearbox::cli {
 
 Result<DeviceKind> device_from_flag(const std::string& flag) {
-  if (flag == "cpu") return DeviceKind::kCpu;
-  if (flag == "cuda") return DeviceKind::kCuda;
-  if (flag != "auto") return invalid_argument("--device: '" + flag + "' is not cpu, cuda or auto");
-  if (Stream::create(DeviceKind::kCuda).ok()) return DeviceKind::kCuda;
-  return DeviceKind::kCpu;
+  Result<DeviceKind> device = device_from_name(flag);
+  if (!device.ok()) return device.status().with_context("--device");
+  return device;
 }
 
 Result<Runner> Runner::open(const std::string& path, DeviceKind device) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gearbox/export.h"
@@ -37,6 +38,12 @@ struct DeviceInfo {
 
 /// True when this build of gearbox contains the CUDA device.
 GEARBOX_API bool built_with_cuda() noexcept;
+
+/// The device a name means: "cpu", "cuda", or "auto" (CUDA when this build has the CUDA
+/// device and this machine a GPU it can use, else the CPU). "cuda" is returned without
+/// looking for a GPU: loading an engine on it then says what is missing.
+/// Errors: kInvalidArgument for any other name.
+GEARBOX_API Result<DeviceKind> device_from_name(std::string_view name);
 
 /// The CPU and every CUDA device this process can use. A build without CUDA, or a machine
 /// without a driver or GPU, lists the CPU alone; that is not an error.

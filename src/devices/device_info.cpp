@@ -6,6 +6,7 @@
 
 #include "devices/cuda/device_probe.h"
 #include "gearbox/device.h"
+#include "runtime/device_backend.h"
 
 namespace gearbox {
 namespace {
@@ -44,6 +45,13 @@ const char* device_kind_name(DeviceKind kind) noexcept {
 }
 
 bool built_with_cuda() noexcept { return internal::cuda_built(); }
+
+Result<DeviceKind> device_from_name(std::string_view name) {
+  if (name == "cpu") return DeviceKind::kCpu;
+  if (name == "cuda") return DeviceKind::kCuda;
+  if (name != "auto") return invalid_argument("'" + std::string(name) + "' is not cpu, cuda or auto");
+  return internal::device_backend(DeviceKind::kCuda).ok() ? DeviceKind::kCuda : DeviceKind::kCpu;
+}
 
 Result<std::vector<DeviceInfo>> list_devices() {
   std::vector<DeviceInfo> devices{cpu_device()};

@@ -85,19 +85,10 @@ Result<Specs> parse_specs(et::ArrayRef<et::CompileSpec> specs) {
 }
 
 Result<DeviceKind> resolve_device(const std::string& name) {
-  if (name == "cpu") return DeviceKind::kCpu;
-  if (name == "cuda") return DeviceKind::kCuda;
-  if (name == "auto") {
-    Result<std::vector<DeviceInfo>> devices = list_devices();
-    if (devices.ok()) {
-      for (const DeviceInfo& d : *devices) {
-        if (d.kind == DeviceKind::kCuda) return DeviceKind::kCuda;
-      }
-    }
-    return DeviceKind::kCpu;
-  }
-  return invalid_argument("device '" + name + "' (compile spec " + kSpecDevice +
-                          " or GEARBOX_DEVICE) is not cpu, cuda or auto");
+  Result<DeviceKind> device = device_from_name(name);
+  if (!device.ok())
+    return device.status().with_context(std::string("compile spec ") + kSpecDevice + " or GEARBOX_DEVICE");
+  return device;
 }
 
 // Engines and shared contexts of the process, keyed by the engine's identity: its
