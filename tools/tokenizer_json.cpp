@@ -789,20 +789,26 @@ Status read_sequence(const Node& node, const char* key, Status (*read)(const Nod
   return {};
 }
 
+/// A "Replace" step (normalizer or decoder): a non-empty string pattern and its replacement.
+Status read_replace(const Node& node, std::string& pattern, std::string& content) {
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));
+  Result<std::string> p = node.string_pattern("pattern");
+  if (!p.ok()) return p.status();
+  if (p->empty()) return unsupported(node.field("pattern.String"), "''", "an empty pattern");
+  Result<std::string> c = node.string("content");
+  if (!c.ok()) return c.status();
+  pattern = std::move(*p);
+  content = std::move(*c);
+  return {};
+}
+
 Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
   if (*type == "Sequence") return read_sequence(node, "normalizers", &read_normalizer, steps);
   NormalizerStep step;
   if (*type == "Replace") {
-    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));
-    Result<std::string> pattern = node.string_pattern("pattern");
-    if (!pattern.ok()) return pattern.status();
-    if (pattern->empty()) return unsupported(node.field("pattern.String"), "''", "an empty pattern");
-    Result<std::string> content = node.string("content");
-    if (!content.ok()) return content.status();
-    step.pattern = std::move(*pattern);
-    step.content = std::move(*content);
+    GEARBOX_RETURN_IF_ERROR(read_replace(node, step.pattern, step.content));
   } else if (*type == "Prepend") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "prepend"}));
     Result<std::string> prepend = node.string("prepend");
@@ -870,15 +876,8 @@ Status read_decoder(const Node& node, std::vector<DecoderStep>& steps) {
   if (*type == "Sequence") return read_sequence(node, "decoders", &read_decoder, steps);
   DecoderStep step;
   if (*type == "Replace") {
-    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));
-    Result<std::string> pattern = node.string_pattern("pattern");
-    if (!pattern.ok()) return pattern.status();
-    if (pattern->empty()) return unsupported(node.field("pattern.String"), "''", "an empty pattern");
-    Result<std::string> content = node.string("content");
-    if (!content.ok()) return content.status();
+    GEARBOX_RETURN_IF_ERROR(read_replace(node, step.pattern, step.content));
     step.kind = DecoderKind::kReplace;
-    step.pattern = std::move(*pattern);
-    step.content = std::move(*content);
   } else if (*type == "ByteFallback") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type"}));
     step.kind = DecoderKind::kByteFallback;
