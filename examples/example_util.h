@@ -1,5 +1,5 @@
-// Helpers shared by the examples: token ids inside the vocabulary, one call through
-// ExecuTorch's Module with the profile it ran, strict flag parsing.
+// Helpers shared by the examples: opening a method, token ids inside the vocabulary, one
+// call through ExecuTorch's Module with the profile it ran, strict flag parsing.
 #pragma once
 
 #include <executorch/extension/module/module.h>
@@ -19,13 +19,26 @@ namespace example {
 
 namespace et = ::executorch::runtime;
 
-// The vocabulary: the last extent of the method's first output (the logits).
-inline int64_t vocab_of(executorch::extension::Module& module, const std::string& method) {
-  auto meta = module.method_meta(method);
-  if (!meta.ok()) return -1;
-  auto out = meta->output_tensor_meta(0);
-  if (!out.ok() || out->sizes().empty()) return -1;
-  return out->sizes()[out->sizes().size() - 1];
+// Registers gearbox's backend and loads `method` of the program `pte` that `module` holds;
+// returns the method's vocabulary (the last extent of its first output, the logits), or -1
+// after printing what failed.
+inline int64_t open_method(executorch::extension::Module& module, const std::string& pte, const std::string& method) {
+  if (!gearbox::executorch::register_backend().ok()) {
+    std::fprintf(stderr, "cannot register the gearbox backend with ExecuTorch\n");
+    return -1;
+  }
+  if (const auto e = module.load_method(method); e != et::Error::Ok) {
+    std::fprintf(stderr, "cannot load method '%s' of %s: %s\n", method.c_str(), pte.c_str(), et::to_string(e));
+    return -1;
+  }
+  if (auto meta = module.method_meta(method); meta.ok()) {
+    if (auto out = meta->output_tensor_meta(0); out.ok() && !out->sizes().empty()) {
+      const int64_t vocab = out->sizes()[out->sizes().size() - 1];
+      if (vocab > 0) return vocab;
+    }
+  }
+  std::fprintf(stderr, "cannot read the vocabulary from the logits of '%s'\n", method.c_str());
+  return -1;
 }
 
 // `n` token ids inside [0, vocab): a fixed, spread-out pattern, never an id >= vocab.

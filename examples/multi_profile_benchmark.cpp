@@ -110,18 +110,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: multi_profile_benchmark MODEL.pte [options] (see --help)\n");
     return 2;
   }
-  if (!gearbox::executorch::register_backend().ok()) return 1;
   executorch::extension::Module module(pte);
-  if (const auto e = module.load_method(method); e != executorch::runtime::Error::Ok) {
-    std::fprintf(stderr, "cannot load method '%s' of %s: %s\n", method.c_str(), pte.c_str(),
-                 executorch::runtime::to_string(e));
-    return 1;
-  }
-  const int64_t vocab = example::vocab_of(module, method);
-  if (vocab <= 0) {
-    std::fprintf(stderr, "cannot read the vocabulary from the logits of '%s'\n", method.c_str());
-    return 1;
-  }
+  const int64_t vocab = example::open_method(module, pte, method);
+  if (vocab <= 0) return 1;
   std::printf("%s, method %s: %lld rounds (+%lld warm-up) of 1 prefill of %lld tokens + %lld decodes\n", pte.c_str(),
               method.c_str(), static_cast<long long>(rounds), static_cast<long long>(warmup),
               static_cast<long long>(prompt_len), static_cast<long long>(decode_steps));

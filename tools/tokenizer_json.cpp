@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "models/json_describe.h"
 
 namespace gearbox::cli {
 namespace {
@@ -628,16 +629,7 @@ std::string HfTokenizer::Impl::decode(std::span<const int64_t> ids) const {
 
 namespace {
 
-std::string describe(const Json& v) {
-  if (v.is_string()) {
-    std::string s = *v.get_ptr<const std::string*>();
-    if (s.size() > 40) s = s.substr(0, 40) + "...";
-    return "'" + s + "'";
-  }
-  if (v.is_array()) return "a list";
-  if (v.is_object()) return "an object";
-  return v.dump();  // number, bool or null
-}
+using models::describe_json;
 
 Status malformed(const std::string& field, const std::string& what) {
   return data_loss("tokenizer.json: " + field + " " + what);
@@ -661,7 +653,7 @@ class Node {
   // An object whose keys are all in `known`: any other field is one this reader does not
   // implement, and is reported rather than ignored.
   Status expect_object(std::initializer_list<std::string_view> known) const {
-    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe(json_));
+    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe_json(json_));
     for (const auto& [key, value] : json_.items()) {
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         return unimplemented("tokenizer.json: the field " + field(key) +
@@ -678,7 +670,7 @@ class Node {
   Result<std::string> string(std::string_view key) const {
     const Json* v = find(key);
     if (v == nullptr) return malformed(field(key), "is missing");
-    if (!v->is_string()) return malformed(field(key), "must be a string, got " + describe(*v));
+    if (!v->is_string()) return malformed(field(key), "must be a string, got " + describe_json(*v));
     return *v->get_ptr<const std::string*>();
   }
   // A string of exactly one character (Metaspace's replacement, Strip's content).
@@ -691,14 +683,14 @@ class Node {
   Status boolean(std::string_view key, bool& out) const {
     const Json* v = find(key);
     if (v == nullptr) return {};
-    if (!v->is_boolean()) return malformed(field(key), "must be true or false, got " + describe(*v));
+    if (!v->is_boolean()) return malformed(field(key), "must be true or false, got " + describe_json(*v));
     out = v->get<bool>();
     return {};
   }
   Status unsigned_integer(std::string_view key, uint64_t& out) const {
     const Json* v = find(key);
     if (v == nullptr) return malformed(field(key), "is missing");
-    if (!v->is_number_unsigned()) return malformed(field(key), "must be a whole number >= 0, got " + describe(*v));
+    if (!v->is_number_unsigned()) return malformed(field(key), "must be a whole number >= 0, got " + describe_json(*v));
     out = v->get<uint64_t>();
     return {};
   }
@@ -714,7 +706,7 @@ class Node {
     return pattern.string("String");
   }
   Result<std::string> type() const {
-    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe(json_));
+    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe_json(json_));
     return string("type");
   }
 
@@ -727,7 +719,7 @@ constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
 
 Status read_id(const Json& v, const std::string& field, int64_t& out) {
   if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxId)) {
-    return malformed(field, "must be a token id in [0, 2^31), got " + describe(v));
+    return malformed(field, "must be a token id in [0, 2^31), got " + describe_json(v));
   }
   out = static_cast<int64_t>(v.get<uint64_t>());
   return {};
@@ -738,7 +730,7 @@ Result<PrependScheme> read_prepend_scheme(const Node& node) {
   PrependScheme scheme = PrependScheme::kAlways;
   const Json* v = node.find("prepend_scheme");
   if (v != nullptr) {
-    if (!v->is_string()) return malformed(node.field("prepend_scheme"), "must be a string, got " + describe(*v));
+    if (!v->is_string()) return malformed(node.field("prepend_scheme"), "must be a string, got " + describe_json(*v));
     const std::string& s = *v->get_ptr<const std::string*>();
     if (s == "always") {
       scheme = PrependScheme::kAlways;
@@ -747,14 +739,14 @@ Result<PrependScheme> read_prepend_scheme(const Node& node) {
     } else if (s == "never") {
       scheme = PrependScheme::kNever;
     } else {
-      return unsupported(node.field("prepend_scheme"), describe(*v), "known: always, first, never");
+      return unsupported(node.field("prepend_scheme"), describe_json(*v), "known: always, first, never");
     }
   }
   bool add_prefix_space = true;
   GEARBOX_RETURN_IF_ERROR(node.boolean("add_prefix_space", add_prefix_space));
   if (!add_prefix_space) {
     if (v != nullptr && scheme != PrependScheme::kNever) {
-      return malformed(node.field("add_prefix_space"), "false contradicts prepend_scheme " + describe(*v));
+      return malformed(node.field("add_prefix_space"), "false contradicts prepend_scheme " + describe_json(*v));
     }
     scheme = PrependScheme::kNever;
   }
@@ -786,6 +778,20 @@ Status read_sequence(const Node& node, const char* key, Status (*read)(const Nod
   for (size_t i = 0; i < list->size(); ++i) {
     GEARBOX_RETURN_IF_ERROR(read(Node((*list)[i], node.field(key) + "[" + std::to_string(i) + "]"), steps));
   }
+  return {};
+}
+
+/// A "Metaspace" step (pre-tokenizer or decoder): its replacement, prepend scheme and split.
+Status read_metaspace(const Node& node, std::string& replacement, PrependScheme& scheme, bool& split) {
+  GEARBOX_RETURN_IF_ERROR(
+      node.expect_object({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+  Result<std::string> r = read_replacement(node);
+  if (!r.ok()) return r.status();
+  Result<PrependScheme> s = read_prepend_scheme(node);
+  if (!s.ok()) return s.status();
+  GEARBOX_RETURN_IF_ERROR(node.boolean("split", split));
+  replacement = std::move(*r);
+  scheme = *s;
   return {};
 }
 
@@ -829,16 +835,8 @@ Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps
   if (*type == "Sequence") return read_sequence(node, "pretokenizers", &read_pre_tokenizer, steps);
   PreTokenizerStep step;
   if (*type == "Metaspace") {
-    GEARBOX_RETURN_IF_ERROR(
-        node.expect_object({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
-    Result<std::string> replacement = read_replacement(node);
-    if (!replacement.ok()) return replacement.status();
-    Result<PrependScheme> scheme = read_prepend_scheme(node);
-    if (!scheme.ok()) return scheme.status();
+    GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, step.prepend, step.split));
     step.metaspace = true;
-    step.pattern = std::move(*replacement);
-    step.prepend = *scheme;
-    GEARBOX_RETURN_IF_ERROR(node.boolean("split", step.split));
   } else if (*type == "Split") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "behavior", "invert"}));
     Result<std::string> pattern = node.string_pattern("pattern");
@@ -893,17 +891,11 @@ Status read_decoder(const Node& node, std::vector<DecoderStep>& steps) {
     GEARBOX_RETURN_IF_ERROR(node.unsigned_integer("start", step.start));
     GEARBOX_RETURN_IF_ERROR(node.unsigned_integer("stop", step.stop));
   } else if (*type == "Metaspace") {
-    GEARBOX_RETURN_IF_ERROR(
-        node.expect_object({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
-    Result<std::string> replacement = read_replacement(node);
-    if (!replacement.ok()) return replacement.status();
-    Result<PrependScheme> scheme = read_prepend_scheme(node);
-    if (!scheme.ok()) return scheme.status();
+    PrependScheme scheme = PrependScheme::kAlways;
     bool split = true;  // decoding does not depend on it
-    GEARBOX_RETURN_IF_ERROR(node.boolean("split", split));
+    GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, scheme, split));
     step.kind = DecoderKind::kMetaspace;
-    step.pattern = std::move(*replacement);
-    step.drop_first = *scheme != PrependScheme::kNever;
+    step.drop_first = scheme != PrependScheme::kNever;
   } else {
     return unsupported(node.field("type"), "'" + *type + "'",
                        "gearbox implements the decoders Sequence, Replace, ByteFallback, Fuse, Strip and Metaspace");
@@ -950,12 +942,12 @@ Status read_model(const Node& node, Bpe& bpe) {
                           "byte_fallback", "ignore_merges", "vocab", "merges"}));
   if (const Json* dropout = node.find("dropout"); dropout != nullptr) {
     if (!dropout->is_number() || dropout->get<double>() != 0.0) {
-      return unsupported(node.field("dropout"), describe(*dropout), "only null: encoding must be deterministic");
+      return unsupported(node.field("dropout"), describe_json(*dropout), "only null: encoding must be deterministic");
     }
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (const Json* v = node.find(key); v != nullptr && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
-      return unsupported(node.field(key), describe(*v), "only null is implemented");
+      return unsupported(node.field(key), describe_json(*v), "only null is implemented");
     }
   }
   if (node.find("unk_token") != nullptr) {
@@ -1000,14 +992,14 @@ Status read_model(const Node& node, Bpe& bpe) {
     if (m.is_string()) {  // "left right"
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      if (space == kNpos) return malformed(field, "must be two tokens separated by a space, got " + describe(m));
+      if (space == kNpos) return malformed(field, "must be two tokens separated by a space, got " + describe_json(m));
       left = s.substr(0, space);
       right = s.substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
       left = m[0].get<std::string>();
       right = m[1].get<std::string>();
     } else {
-      return malformed(field, "must be \"left right\" or [\"left\", \"right\"], got " + describe(m));
+      return malformed(field, "must be \"left right\" or [\"left\", \"right\"], got " + describe_json(m));
     }
     const auto l = bpe.vocab.find(left);
     const auto r = bpe.vocab.find(right);
@@ -1080,11 +1072,11 @@ Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
   GEARBOX_RETURN_IF_ERROR(top.expect_object({"version", "truncation", "padding", "added_tokens", "normalizer",
                                              "pre_tokenizer", "post_processor", "decoder", "model"}));
   if (const Json* version = top.find("version"); version != nullptr && *version != "1.0") {
-    return unsupported("version", describe(*version), "gearbox reads version 1.0");
+    return unsupported("version", describe_json(*version), "gearbox reads version 1.0");
   }
   for (const char* key : {"truncation", "padding"}) {
     if (const Json* v = top.find(key); v != nullptr) {
-      return unsupported(key, describe(*v), "gearbox never truncates or pads; only null is implemented");
+      return unsupported(key, describe_json(*v), "gearbox never truncates or pads; only null is implemented");
     }
   }
   const Json* model = top.find("model");

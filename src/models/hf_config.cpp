@@ -11,6 +11,7 @@
 
 #include "core/check.h"
 #include "format/mapped_file.h"
+#include "models/json_describe.h"
 
 namespace gearbox::models {
 namespace {
@@ -45,18 +46,6 @@ constexpr int64_t kBos = 2;
 constexpr int64_t kEos = 1;
 }  // namespace text_defaults
 
-// A JSON value for a message: scalars as written (strings shortened), containers by kind.
-std::string describe(const Json& v) {
-  if (v.is_string()) {
-    std::string s = *v.get_ptr<const std::string*>();
-    if (s.size() > 40) s = s.substr(0, 40) + "...";
-    return "'" + s + "'";
-  }
-  if (v.is_array()) return "a list";
-  if (v.is_object()) return "an object";
-  return v.dump();  // number, bool or null: short and always valid UTF-8
-}
-
 bool read_int64(const Json& v, int64_t& out) {
   if (v.is_number_unsigned()) {
     const auto u = v.get<uint64_t>();
@@ -78,7 +67,7 @@ Status read_positive(const Json& v, const std::string& name, float& out) {
       if (out > 0.0f) return {};
     }
   }
-  return data_loss(name + " must be a positive number, got " + describe(v));
+  return data_loss(name + " must be a positive number, got " + describe_json(v));
 }
 
 Status read_token_ids(const Json& v, const std::string& name, std::vector<int64_t>& out) {
@@ -95,7 +84,7 @@ Status read_token_ids(const Json& v, const std::string& name, std::vector<int64_
   } else {
     ok = one(v);
   }
-  if (!ok) return data_loss(name + " must be a token id or a list of token ids, got " + describe(v));
+  if (!ok) return data_loss(name + " must be a token id or a list of token ids, got " + describe_json(v));
   return {};
 }
 
@@ -122,7 +111,7 @@ class Fields {
       out = fallback;
       return {};
     }
-    if (!read_int64(*v, out)) return data_loss(name(key) + " must be an integer, got " + describe(*v));
+    if (!read_int64(*v, out)) return data_loss(name(key) + " must be an integer, got " + describe_json(*v));
     if (out < min || out > max) {
       return data_loss(name(key) + " is " + std::to_string(out) + ", outside [" + std::to_string(min) + ", " +
                        std::to_string(max) + "]");
@@ -143,7 +132,7 @@ class Fields {
   Status boolean(const char* key, bool& out) const {  // leaves `out` alone when absent
     const Json* v = find(key);
     if (v == nullptr) return {};
-    if (!v->is_boolean()) return data_loss(name(key) + " must be true or false, got " + describe(*v));
+    if (!v->is_boolean()) return data_loss(name(key) + " must be true or false, got " + describe_json(*v));
     out = v->get<bool>();
     return {};
   }
@@ -186,16 +175,18 @@ Status check_unsupported(const Fields& f) {
     act_key = "hidden_act";
   }
   if (act != nullptr && !(act->is_string() && *act->get_ptr<const std::string*>() == "gelu_pytorch_tanh")) {
-    return unimplemented(f.name(act_key) + " " + describe(*act) + " is not supported; Gemma-3 uses gelu_pytorch_tanh");
+    return unimplemented(f.name(act_key) + " " + describe_json(*act) +
+                         " is not supported; Gemma-3 uses gelu_pytorch_tanh");
   }
   for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
     const Json* cap = f.find(key);
-    if (cap != nullptr) return unimplemented(f.name(key) + " " + describe(*cap) + " is not supported");
+    if (cap != nullptr) return unimplemented(f.name(key) + " " + describe_json(*cap) + " is not supported");
   }
   // Gemma-3 projections have no bias; a checkpoint that says otherwise would load wrong.
   const Json* bias = f.find("attention_bias");
   if (bias != nullptr && !(bias->is_boolean() && !bias->get<bool>())) {
-    return unimplemented(f.name("attention_bias") + " " + describe(*bias) + " is not supported (no projection biases)");
+    return unimplemented(f.name("attention_bias") + " " + describe_json(*bias) +
+                         " is not supported (no projection biases)");
   }
   return {};
 }
@@ -207,12 +198,12 @@ struct RopeEntry {
 };
 
 Status read_rope_entry(const Json& entry, const std::string& name, RopeEntry& out) {
-  if (!entry.is_object()) return data_loss(name + " must be a JSON object, got " + describe(entry));
+  if (!entry.is_object()) return data_loss(name + " must be a JSON object, got " + describe_json(entry));
   std::string type = "default";
   auto type_it = entry.find("rope_type");
   if (type_it == entry.end() || type_it->is_null()) type_it = entry.find("type");
   if (type_it != entry.end() && !type_it->is_null()) {
-    if (!type_it->is_string()) return data_loss(name + ".rope_type must be a string, got " + describe(*type_it));
+    if (!type_it->is_string()) return data_loss(name + ".rope_type must be a string, got " + describe_json(*type_it));
     type = *type_it->get_ptr<const std::string*>();
   }
   if (type == "linear") {
@@ -220,7 +211,7 @@ Status read_rope_entry(const Json& entry, const std::string& name, RopeEntry& ou
     if (factor == entry.end() || factor->is_null()) return data_loss(name + ".factor is missing for linear RoPE");
     GEARBOX_RETURN_IF_ERROR(read_positive(*factor, name + ".factor", out.factor));
   } else if (type != "default") {
-    return unimplemented(name + " rope type " + describe(Json(type)) +
+    return unimplemented(name + " rope type " + describe_json(Json(type)) +
                          " is not supported; gearbox supports default and linear");
   }
   const auto theta = entry.find("rope_theta");
@@ -273,7 +264,7 @@ Status read_layer_types(const Fields& f, Gemma3Config& c) {
   const auto layers = static_cast<size_t>(c.layers);
   c.layer_is_sliding.clear();
   if (const Json* types = f.find("layer_types"); types != nullptr) {
-    if (!types->is_array()) return data_loss(f.name("layer_types") + " must be a list, got " + describe(*types));
+    if (!types->is_array()) return data_loss(f.name("layer_types") + " must be a list, got " + describe_json(*types));
     if (types->size() != layers) {
       return data_loss(f.name("layer_types") + " has " + std::to_string(types->size()) + " entries for " +
                        std::to_string(layers) + " layers (num_hidden_layers)");
@@ -281,10 +272,11 @@ Status read_layer_types(const Fields& f, Gemma3Config& c) {
     for (size_t i = 0; i < layers; ++i) {
       const Json& t = (*types)[i];
       const std::string name = f.name("layer_types") + "[" + std::to_string(i) + "]";
-      if (!t.is_string()) return data_loss(name + " must be a string, got " + describe(t));
+      if (!t.is_string()) return data_loss(name + " must be a string, got " + describe_json(t));
       const std::string& type = *t.get_ptr<const std::string*>();
       if (type != "sliding_attention" && type != "full_attention") {
-        return unimplemented(name + " " + describe(t) + " is not supported; use sliding_attention or full_attention");
+        return unimplemented(name + " " + describe_json(t) +
+                             " is not supported; use sliding_attention or full_attention");
       }
       c.layer_is_sliding.push_back(type == "sliding_attention");
     }
@@ -305,7 +297,7 @@ Status read_dtype(const Fields& f, DataType& out) {
   for (const char* key : {"torch_dtype", "dtype"}) {  // the newer name wins
     const Json* v = f.find(key);
     if (v == nullptr) continue;
-    if (!v->is_string()) return data_loss(f.name(key) + " must be a string, got " + describe(*v));
+    if (!v->is_string()) return data_loss(f.name(key) + " must be a string, got " + describe_json(*v));
     const std::string& s = *v->get_ptr<const std::string*>();
     if (s == "float32") {
       out = DataType::kF32;
@@ -314,7 +306,8 @@ Status read_dtype(const Fields& f, DataType& out) {
     } else if (s == "float16") {
       out = DataType::kF16;
     } else {
-      return unimplemented(f.name(key) + " " + describe(*v) + " is not supported; use float32, bfloat16 or float16");
+      return unimplemented(f.name(key) + " " + describe_json(*v) +
+                           " is not supported; use float32, bfloat16 or float16");
     }
   }
   return {};
@@ -324,7 +317,7 @@ Status read_dtype(const Fields& f, DataType& out) {
 Status read_tokens(const Fields& f, int64_t& bos, std::vector<int64_t>& eos) {
   if (const Json* v = f.find("bos_token_id"); v != nullptr) {
     if (!read_int64(*v, bos) || bos < 0) {
-      return data_loss(f.name("bos_token_id") + " must be a token id, got " + describe(*v));
+      return data_loss(f.name("bos_token_id") + " must be a token id, got " + describe_json(*v));
     }
   }
   if (const Json* v = f.find("eos_token_id"); v != nullptr) {
@@ -340,16 +333,16 @@ Result<HfModelInfo> parse_config(std::string_view json_text) {
   const Fields top(root, "", /*use_defaults=*/false);
   const Json* model_type = top.find("model_type");
   if (model_type == nullptr) return data_loss("model_type is missing");
-  if (!model_type->is_string()) return data_loss("model_type must be a string, got " + describe(*model_type));
+  if (!model_type->is_string()) return data_loss("model_type must be a string, got " + describe_json(*model_type));
 
   const Json* text = &root;
   const bool multimodal = *model_type->get_ptr<const std::string*>() == "gemma3";
   if (multimodal) {
     text = top.find("text_config");
     if (text == nullptr) return data_loss("text_config is missing from a gemma3 config");
-    if (!text->is_object()) return data_loss("text_config must be a JSON object, got " + describe(*text));
+    if (!text->is_object()) return data_loss("text_config must be a JSON object, got " + describe_json(*text));
   } else if (*model_type->get_ptr<const std::string*>() != "gemma3_text") {
-    return unimplemented("model_type " + describe(*model_type) +
+    return unimplemented("model_type " + describe_json(*model_type) +
                          " is not supported; gearbox reads gemma3_text and gemma3 configs");
   }
   const Fields f(*text, multimodal ? "text_config." : "", /*use_defaults=*/multimodal);

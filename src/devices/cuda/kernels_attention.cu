@@ -50,10 +50,6 @@ struct AttentionArgs {
   float scale;
 };
 
-__device__ __forceinline__ int64_t position_at(const void* positions, bool i64, int64_t t) {
-  return i64 ? static_cast<const int64_t*>(positions)[t] : static_cast<const int32_t*>(positions)[t];
-}
-
 /// The first key a query at position p sees.
 __device__ __forceinline__ int64_t window_start(int64_t p, int64_t window) {
   return window > 0 ? max(static_cast<int64_t>(0), p - window + 1) : 0;
@@ -75,7 +71,7 @@ __global__ void __launch_bounds__(kCacheWriteThreads)
   allow_next_kernel();
   wait_for_prior_kernels();
   const int64_t t = blockIdx.x;
-  const int64_t p = position_at(positions, pos_i64, t);
+  const int64_t p = index_at(positions, pos_i64, t);
   if (!position_valid(p, max_ctx)) {
     if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
     return;
@@ -262,7 +258,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int64_t q_width = static_cast<int64_t>(a.heads) * D;
   const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
 
-  const int64_t p = position_at(a.positions, a.pos_i64, t);
+  const int64_t p = index_at(a.positions, a.pos_i64, t);
   int64_t begin = 0;
   int64_t end = 0;
   split_range(p, a, split, splits, &begin, &end);
@@ -447,7 +443,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const int D = a.head_dim;
   const int64_t th = t * a.heads + h;
   float* o = a.out + th * D;
-  const int64_t p = position_at(a.positions, a.pos_i64, t);
+  const int64_t p = index_at(a.positions, a.pos_i64, t);
   if (!position_valid(p, a.max_ctx)) {  // uniform over the block: no barrier is skipped by some
     for (int d = tid; d < D; d += kCombineThreads) o[d] = CUDART_NAN_F;
     return;
@@ -562,14 +558,14 @@ __global__ void __launch_bounds__(kPrefillThreads)
   // This row's keys [lo, hi) and the block's, the union over its rows.
   const int64_t t = t0 + r;
   const bool row_in = t < a.T;
-  const int64_t p = row_in ? position_at(a.positions, a.pos_i64, t) : -1;
+  const int64_t p = row_in ? index_at(a.positions, a.pos_i64, t) : -1;
   const bool valid = row_in && position_valid(p, a.max_ctx);
   const int64_t lo = valid ? window_start(p, a.window) : 0;
   const int64_t hi = valid ? p + 1 : 0;
   int64_t keys_begin = INT64_MAX;
   int64_t keys_end = 0;
   for (int rr = 0; rr < kPrefillRows && t0 + rr < a.T; ++rr) {
-    const int64_t pr = position_at(a.positions, a.pos_i64, t0 + rr);
+    const int64_t pr = index_at(a.positions, a.pos_i64, t0 + rr);
     if (!position_valid(pr, a.max_ctx)) continue;
     keys_begin = min(keys_begin, window_start(pr, a.window));
     keys_end = max(keys_end, pr + 1);

@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads)
   allow_next_kernel();
   wait_for_prior_kernels();
   const int64_t i = blockIdx.x;
-  const int64_t id = ids_i64 ? static_cast<const int64_t*>(ids)[i] : static_cast<const int32_t*>(ids)[i];
+  const int64_t id = index_at(ids, ids_i64, i);
   float* o = out + i * hidden;
   if (id < 0 || id >= vocab) {
     if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
