@@ -6,7 +6,8 @@
 # with torch and transformers for the HF comparison on the Gemma-3-1B shape.
 # With GEARBOX_PTE_DIR (programs and reference.json from tests/executorch/
 # make_test_programs.py) and delegate_test, multi_profile_main, multi_profile_benchmark in
-# BIN_DIR, the ExecuTorch delegate runs on the CUDA device too.
+# BIN_DIR, the ExecuTorch delegate runs on the CUDA device too. With GEARBOX_KEEP_ENGINE=PATH
+# the 1B engine it builds is kept there (for more runs against the same tactics).
 set -uo pipefail
 bin=$(cd "$1" && pwd)
 out=$(mkdir -p "$2" && cd "$2" && pwd)
@@ -93,5 +94,6 @@ if [[ -n "${GEARBOX_PTE_DIR:-}" && -x "$bin/delegate_test" ]]; then
     >"$out/memcheck_delegate.log" 2>&1
   tail -n 2 "$out/memcheck_delegate.log"
 fi
+[[ -n "${GEARBOX_KEEP_ENGINE:-}" ]] && cp "$work/g1b.gbx" "$GEARBOX_KEEP_ENGINE"
 rm -rf "$work"
 exit $status

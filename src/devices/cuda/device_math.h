@@ -30,6 +30,26 @@ __device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_
   return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
 }
 
+/// cos and sin of RoPE's angle for pair i (dims i and i + head_dim / 2) at position pos, as
+/// the CPU computes them. The CPU takes std::pow in f32 (glibc powf, within an ulp of exact);
+/// CUDA's powf is only within a few ulps, and an ulp of inv_freq moves the angle at position
+/// 4096 by ~2e-4, so pow is taken in double and rounded once: the same f32 value in practice.
+__device__ __forceinline__ void rope_cos_sin(int64_t pos, int i, int head_dim, float theta, float position_scale,
+                                             float* c, float* s) {
+  const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+  const float power = static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  const float inv_freq = 1.0f / power;
+  const float angle = static_cast<float>(pos) * position_scale * inv_freq;
+  sincosf(angle, s, c);
+}
+
+/// The pair (a, b) rotated by the angle of (c, s), the products rounded separately (no FMA
+/// contraction), as on the CPU.
+__device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, float* ya, float* yb) {
+  *ya = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  *yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+}
+
 /// gelu_tanh(g) * u and silu(g) * u, as the CPU kernels compute them (CUDA's tanhf, expf).
 __device__ __forceinline__ float gelu_tanh_times(float g, float u) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;

@@ -37,9 +37,7 @@ __device__ __forceinline__ float block_sum_128(float v, float* shared) {
   return shared[0] + shared[1] + shared[2] + shared[3];
 }
 
-/// grid: one block of 128 threads per (part, token, head). The inverse frequencies (a
-/// double-precision pow each, see rope_kernel) are computed before the RMS reduction so
-/// that their latency overlaps it; a decode step has only a few heads to spread over.
+/// grid: one block of 128 threads per (part, token, head).
 template <typename W>
 __global__ void __launch_bounds__(kHeadThreads)
     head_norm_rope_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int64_t T, int head_dim,
@@ -72,18 +70,13 @@ __global__ void __launch_bounds__(kHeadThreads)
     return;
   }
   for (int i = tid; i < half; i += kHeadThreads) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-    const float power = static_cast<float>(pow(static_cast<double>(P.theta), static_cast<double>(exponent)));
-    const float inv_freq = 1.0f / power;
-    const float angle = static_cast<float>(pos) * P.position_scale * inv_freq;
-    float sn = 0.0f;
     float cs = 0.0f;
-    sincosf(angle, &sn, &cs);
+    float sn = 0.0f;
+    rope_cos_sin(pos, i, head_dim, P.theta, P.position_scale, &cs, &sn);
     // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
     const float a = x[i] * inv_rms * (to_f32(P.w[i]) + offset);
     const float b = x[i + half] * inv_rms * (to_f32(P.w[i + half]) + offset);
-    y[i] = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-    y[i + half] = __fadd_rn(__fmul_rn(b, cs), __fmul_rn(a, sn));
+    rope_rotate(a, b, cs, sn, &y[i], &y[i + half]);
   }
 }
 

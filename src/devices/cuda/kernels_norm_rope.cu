@@ -153,23 +153,14 @@ __global__ void __launch_bounds__(kRopeThreads)
     }
     return;
   }
-  // The CPU computes std::pow in f32 (glibc powf, within an ulp of exact). CUDA's powf is
-  // only within a few ulps, and an ulp of inv_freq moves the angle at position 4096 by
-  // ~2e-4, so pow is taken in double and rounded once: the same f32 value in practice.
-  const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
-  const float power = static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-  const float inv_freq = 1.0f / power;
-  const float angle = static_cast<float>(pos) * position_scale * inv_freq;
-  float s = 0.0f;
   float c = 0.0f;
-  sincosf(angle, &s, &c);
+  float s = 0.0f;
+  rope_cos_sin(pos, i, head_dim, theta, position_scale, &c, &s);
   for (int h = 0; h < heads; ++h) {
-    // Both inputs are read before either output is written, so y may be x. The products
-    // are rounded separately (no FMA contraction), as on the CPU.
+    // Both inputs are read before either output is written, so y may be x.
     const float a = xt[h * head_dim + i];
     const float b = xt[h * head_dim + i + half];
-    yt[h * head_dim + i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    yt[h * head_dim + i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+    rope_rotate(a, b, c, s, &yt[h * head_dim + i], &yt[h * head_dim + i + half]);
   }
 }
 
