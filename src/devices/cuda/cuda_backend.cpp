@@ -4,8 +4,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -17,6 +15,7 @@
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/switches.h"
 #include "ir/shape_inference.h"
 #include "runtime/device_backend.h"
 
@@ -170,10 +169,7 @@ class CudaContextState final : public DeviceContextState {
 /// GEARBOX_CUDA_FUSION=0 runs every node by itself (for measuring what fusion buys): no fused
 /// chains, and the KV-cache write as its own launch before the split-KV attention.
 bool fusion_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("GEARBOX_CUDA_FUSION");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_FUSION");
   return enabled;
 }
 

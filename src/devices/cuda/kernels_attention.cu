@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
@@ -156,10 +154,7 @@ constexpr int kMaxClusterSplits = 16;
 
 /// GEARBOX_CUDA_CLUSTER_COMBINE=0 combines every split in the second kernel (for measuring).
 bool cluster_combine_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GEARBOX_CUDA_CLUSTER_COMBINE");
-    return env == nullptr || std::strcmp(env, "0") != 0;
-  }();
+  static const bool enabled = switch_on("GEARBOX_CUDA_CLUSTER_COMBINE");
   return enabled;
 }
 
@@ -480,6 +475,17 @@ __global__ void __launch_bounds__(kCombineThreads)
 #pragma unroll
     for (int i = 0; i < kWarps; ++i) total += sum_s[i][d];
     o[d] = total * inv_sum;
+  }
+}
+
+/// The combine kernel over `splits` partials of each of a's T * heads rows: decode's second
+/// kernel (more splits than a cluster takes) and the split prefill's.
+void launch_combine(const AttentionArgs& a, const float* partials, int splits, bool vec4, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.T));
+  if (vec4 && aligned16(partials)) {
+    launch_kernel(attention_decode_combine_kernel<true>, grid, kCombineThreads, 0, stream, a, partials, splits);
+  } else {
+    launch_kernel(attention_decode_combine_kernel<false>, grid, kCombineThreads, 0, stream, a, partials, splits);
   }
 }
 
@@ -805,14 +811,7 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   } else {
     launch_decode_split<1>(a, vec4, cluster, partials, splits, stream);
   }
-  if (splits > 1 && !cluster) {
-    const dim3 grid(static_cast<unsigned>(heads), static_cast<unsigned>(T));
-    if (vec4 && aligned16(partials)) {
-      launch_kernel(attention_decode_combine_kernel<true>, grid, kCombineThreads, 0, stream, a, partials, splits);
-    } else {
-      launch_kernel(attention_decode_combine_kernel<false>, grid, kCombineThreads, 0, stream, a, partials, splits);
-    }
-  }
+  if (splits > 1 && !cluster) launch_combine(a, partials, splits, vec4, stream);
   return cudaGetLastError();
 }
 
@@ -856,16 +855,7 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
   // A plain launch (launch.h): this kernel runs long enough that an early start gains
   // nothing, and the waits cost it registers (96 -> 80 with them, 25% slower at 512 tokens).
   kernel<<<grid, kPrefillThreads, smem, stream>>>(a, scratch, splits);
-  if (splits > 1) {
-    const dim3 combine_grid(static_cast<unsigned>(heads), static_cast<unsigned>(T));
-    if (vec4 && aligned16(scratch)) {
-      launch_kernel(attention_decode_combine_kernel<true>, combine_grid, kCombineThreads, 0, stream, a, scratch,
-                    splits);
-    } else {
-      launch_kernel(attention_decode_combine_kernel<false>, combine_grid, kCombineThreads, 0, stream, a, scratch,
-                    splits);
-    }
-  }
+  if (splits > 1) launch_combine(a, scratch, splits, vec4, stream);
   return cudaGetLastError();
 }
 

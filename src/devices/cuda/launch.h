@@ -26,9 +26,9 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
+
+#include "devices/cuda/switches.h"
 
 namespace gearbox::cuda {
 
@@ -67,10 +67,7 @@ inline bool hopper_code_runs() {
 
 /// Whether launch_kernel asks for programmatic dependent launch.
 inline bool dependent_launch_enabled() {
-  static const bool enabled = [] {
-    const char* env = std::getenv("GEARBOX_CUDA_PDL");
-    return hopper_code_runs() && (env == nullptr || std::strcmp(env, "0") != 0);
-  }();
+  static const bool enabled = hopper_code_runs() && switch_on("GEARBOX_CUDA_PDL");
   return enabled;
 }
 

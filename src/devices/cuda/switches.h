@@ -1,0 +1,18 @@
+// Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL and
+// GEARBOX_CUDA_CLUSTER_COMBINE, each on unless set to "0", for measuring what each
+// mechanism buys (docs/PERFORMANCE.md).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+namespace gearbox::cuda {
+
+/// Whether the switch `name` is on: unset, or set to anything but "0". Callers read it once
+/// (a function-local static), so that a process sees one value.
+inline bool switch_on(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+}  // namespace gearbox::cuda
