@@ -297,16 +297,25 @@ void bench_attention_prefill(cudaStream_t stream) {
     DeviceMemory pos(positions.size() * sizeof(int32_t));
     CHECK(cudaMemcpy(pos.ptr, positions.data(), positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     DeviceMemory scratch(
-        static_cast<size_t>(std::max<int64_t>(1, cuda::attention_prefill_scratch_floats(T, heads, hd))) * 4);
-    const Timing t = time_launches(stream, 1, [&](int) {
+        static_cast<size_t>(std::max<int64_t>(1, std::max(cuda::attention_prefill_scratch_floats(T, heads, hd),
+                                                          cuda::attention_prefill_mma_scratch_floats(T, heads, hd)))) *
+        4);
+    const auto tokens = static_cast<double>(T);
+    const double flop = 2.0 * 2.0 * static_cast<double>(heads * hd) * (tokens * (tokens + 1) / 2);
+    const Timing tiled = time_launches(stream, 1, [&](int) {
       CHECK(cuda::attention_prefill(q.as<float>(), kc.as<float>(), vc.as<float>(), pos.ptr, false, out.as<float>(), T,
                                     heads, kv_heads, hd, max_ctx, 0, 0.0625f, scratch.as<float>(), stream));
     });
-    const auto tokens = static_cast<double>(T);
-    const double flop = 2.0 * 2.0 * static_cast<double>(heads * hd) * (tokens * (tokens + 1) / 2);
     print("prefill tiled T=" + std::to_string(T) + " (splits " +
               std::to_string(cuda::attention_prefill_splits(T, heads)) + ")",
-          t, flop, 1e6, "TFLOP/s");
+          tiled, flop, 1e6, "TFLOP/s");
+    const Timing mma = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), kc.as<float>(), vc.as<float>(), pos.ptr, false, out.as<float>(),
+                                        T, heads, kv_heads, hd, max_ctx, 0, 0.0625f, scratch.as<float>(), stream));
+    });
+    print("prefill mma_bf16 T=" + std::to_string(T) + " (splits " +
+              std::to_string(cuda::attention_prefill_mma_splits(T, heads)) + ")",
+          mma, flop, 1e6, "TFLOP/s");
   }
 }
 

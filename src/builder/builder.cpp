@@ -205,7 +205,7 @@ Result<format::TacticTable> tune(const ir::Network& net, std::span<const format:
       uint32_t best = 0;
       float best_us = -1.0f;
       for (const TacticInfo& tactic : device.tactics(node)) {
-        if (!device.tactic_valid(node, tactic.id, max_dims)) continue;
+        if (!device.tactic_valid(net, node, tactic.id, max_dims)) continue;
         GEARBOX_RETURN_IF_ERROR(bench.prepare(n, opt_dims, device.scratch_bytes(net, node, tactic.id, opt_dims)));
         const NodeArgs args = bench.args(opt_dims);
         std::vector<double> times;

@@ -27,8 +27,8 @@ class GroupedBackend final : public DeviceBackend {
   std::string library_versions() const override { return inner_->library_versions(); }
   DataType storage_type(DataType d) const noexcept override { return inner_->storage_type(d); }
   std::vector<TacticInfo> tactics(const ir::Node& n) const override { return inner_->tactics(n); }
-  bool tactic_valid(const ir::Node& n, uint32_t t, std::span<const Dims> d) const override {
-    return inner_->tactic_valid(n, t, d);
+  bool tactic_valid(const ir::Network& net, const ir::Node& n, uint32_t t, std::span<const Dims> d) const override {
+    return inner_->tactic_valid(net, n, t, d);
   }
   int64_t scratch_bytes(const ir::Network& net, const ir::Node& n, uint32_t t, std::span<const Dims> d) const override {
     return inner_->scratch_bytes(net, n, t, d);

@@ -167,7 +167,8 @@ class CpuBackend final : public DeviceBackend {
     }
   }
 
-  bool tactic_valid(const Node& node, uint32_t tactic, std::span<const Dims> max_dims) const override {
+  bool tactic_valid(const Network& /*net*/, const Node& node, uint32_t tactic,
+                    std::span<const Dims> max_dims) const override {
     switch (node.kind) {
       case OpKind::kLinear:
         if (tactic == kLinearSmallM)

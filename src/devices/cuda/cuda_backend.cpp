@@ -28,8 +28,9 @@ using ir::OpKind;
 
 // Raised when a kernel change can change which tactic is fastest, so that tactics timed
 // against older kernels are tuned again at load (COMPATIBILITY.md). 2: programmatic
-// dependent launch, the gated GEMV, the split prefill attention.
-constexpr int kKernelsVersion = 2;
+// dependent launch, the gated GEMV, the split prefill attention. 3: the tensor-core prefill
+// attention.
+constexpr int kKernelsVersion = 3;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
@@ -39,9 +40,24 @@ constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [
 constexpr int kAltAlgos = 3;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
+constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: half-precision networks only
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
 // layers; one launch, kernels.h), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
+
+/// True when every linear of `net` has 16-bit float weights (bf16 or f16): a network whose
+/// products are already rounded to 16 bits, where bf16 attention products lose nothing a
+/// user chose to keep.
+bool half_precision_linears(const Network& net) {
+  bool any = false;
+  for (const Node& node : net.nodes) {
+    if (node.kind != OpKind::kLinear || node.weights.empty()) continue;
+    const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;  // the matrix (not the bias)
+    if (type != DataType::kBF16 && type != DataType::kF16) return false;
+    any = true;
+  }
+  return any;
+}
 
 Status cuda_check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return {};
@@ -278,6 +294,12 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                                                  at.scale, static_cast<float*>(a.scratch), kMaxSplits, stream),
                           "attention (split-KV)");
       }
+      if (tactic == kAttentionMma) {
+        return cuda_check(cuda::attention_prefill_mma(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
+                                                      at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
+                                                      static_cast<float*>(a.scratch), stream),
+                          "attention (tensor cores)");
+      }
       return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
                                                 static_cast<float*>(a.scratch), stream),
@@ -500,20 +522,23 @@ class CudaBackend final : public DeviceBackend {
                 {kLinearCublasLtAlt + 1, "cublaslt_h1"},
                 {kLinearCublasLtAlt + 2, "cublaslt_h2"},
                 {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
-      case OpKind::kAttention: return {{kAttentionTiled, "tiled"}, {kAttentionSplitKv, "split_kv"}};
+      case OpKind::kAttention:
+        return {{kAttentionTiled, "tiled"}, {kAttentionSplitKv, "split_kv"}, {kAttentionMma, "mma_bf16"}};
       default: return {{kDefault, "default"}};
     }
   }
 
-  bool tactic_valid(const Node& node, uint32_t tactic, std::span<const Dims> max_dims) const override {
+  bool tactic_valid(const Network& net, const Node& node, uint32_t tactic,
+                    std::span<const Dims> max_dims) const override {
     switch (node.kind) {
       case OpKind::kLinear:
         if (tactic == kLinearGemv)
           return ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
         return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
       case OpKind::kAttention:
-        return node.attrs.head_dim <= cuda::kAttentionMaxHeadDim &&
-               (tactic == kAttentionSplitKv || tactic == kAttentionTiled);
+        if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
+        if (tactic == kAttentionMma) return half_precision_linears(net);
+        return tactic == kAttentionSplitKv || tactic == kAttentionTiled;
       default: return tactic == kDefault;
     }
   }
@@ -529,6 +554,9 @@ class CudaBackend final : public DeviceBackend {
       const int64_t t = x[0] * x[1];
       if (tactic == kAttentionSplitKv) {
         return cuda::attention_decode_partials_floats(t, node.attrs.heads, node.attrs.head_dim, kMaxSplits) * 4;
+      }
+      if (tactic == kAttentionMma) {
+        return cuda::attention_prefill_mma_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
       }
       return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
     }

@@ -55,6 +55,18 @@ __device__ __forceinline__ int64_t window_start(int64_t p, int64_t window) {
 
 __device__ __forceinline__ bool position_valid(int64_t p, int64_t max_ctx) { return p >= 0 && p < max_ctx; }
 
+/// Narrows a block's keys [begin, end) to the split-th of `splits` runs of whole tiles of
+/// `tile` keys (prefill with keys split across blocks); empty (begin >= end) for a split
+/// past the last tile.
+__device__ __forceinline__ void split_key_range(int64_t& begin, int64_t& end, int split, int splits, int tile) {
+  if (splits <= 1 || begin >= end) return;
+  const int64_t tiles = (end - begin + tile - 1) / tile;
+  const int64_t per_split = (tiles + splits - 1) / splits;
+  const int64_t first = begin + split * per_split * tile;
+  end = min(end, first + per_split * tile);
+  begin = first;
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // ---- KV-cache write ------------------------------------------------------------------------------
@@ -577,13 +589,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
     keys_end = max(keys_end, pr + 1);
   }
   const int split = static_cast<int>(blockIdx.z);
-  if (splits > 1 && keys_begin < keys_end) {  // this split's run of whole tiles
-    const int64_t tiles = (keys_end - keys_begin + kPrefillKeys - 1) / kPrefillKeys;
-    const int64_t per_split = (tiles + splits - 1) / splits;
-    const int64_t begin = keys_begin + split * per_split * kPrefillKeys;
-    keys_end = min(keys_end, begin + per_split * kPrefillKeys);
-    keys_begin = begin;  // >= keys_end: no keys for this split
-  }
+  split_key_range(keys_begin, keys_end, split, splits, kPrefillKeys);
 
   for (int e = tid; e < kPrefillRows * D; e += kPrefillThreads) {
     const int rr = e / D;
@@ -705,6 +711,334 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
 }
 
+// ---- prefill: tensor cores ---------------------------------------------------------------------------
+// The same attention with QK^T and PV on mma.sync m16n8k16 (bf16 operands, f32 accumulation),
+// in the flash-attention form: a block of 4 warps takes 64 query rows of one head, a warp 16
+// of them; key tiles of 64 are staged in shared memory as bf16 (the caches are f32, converted
+// while staging); each warp's scores stay in registers, where the softmax runs in f32 and the
+// weights become the A operand of PV without leaving registers. Accuracy is bf16's: q, k, v
+// and the softmax weights are rounded to 8 significant bits (the tests bound the error at
+// 1e-2), so the builder offers this kernel to half-precision engines only.
+
+constexpr int kMmaRows = 64;  // query rows per block, 16 per warp
+constexpr int kMmaKeys = 64;  // keys per tile
+constexpr int kMmaThreads = 128;
+constexpr int64_t kMmaTargetBlocks = 2 * 132;  // two blocks per SM of an H200
+// At most 4: every split writes T * heads * (head_dim + 2) floats of partials, which the
+// combine kernel reads again (8 MB each way at 512 tokens of the 1B shape).
+constexpr int64_t kMmaMaxSplits = 4;
+
+/// bf16 elements per shared-memory row of a [64][kD] tile: 16 bytes of padding put the 8 rows
+/// an ldmatrix reads in distinct banks.
+__host__ __device__ constexpr int mma_stride(int kD) { return kD + 8; }
+
+/// Shared memory: q, k, v tiles [64][mma_stride] bf16, then each row's key range [lo, hi)
+/// (int64) and, per key of the tile, whether any row of the block sees it.
+size_t mma_smem_bytes(int kD) {
+  return 3 * sizeof(__nv_bfloat16) * kMmaRows * static_cast<size_t>(mma_stride(kD)) + 2 * sizeof(int64_t) * kMmaRows +
+         kMmaKeys;
+}
+
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
+/// l / 8. kTrans: each matrix transposed on the way.
+template <bool kTrans>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const __nv_bfloat16* p) {
+  if constexpr (kTrans) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(p)));
+  } else {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(shared_address(p)));
+  }
+}
+
+/// c[16 x 8] += a[16 x 16] b[16 x 8], bf16 operands, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+/// dst[m][c][0, kD) = src[m] row c as bf16 for the 64 rows with keep(c), zeros elsewhere (rows
+/// not kept, columns from D): a masked row may hold NaN, and 0 * NaN would reach the output.
+/// The loads are latency-bound (a few per thread, each a DRAM round trip), so a thread issues
+/// 16 of them (kMatrices matrices at once) before converting and storing any.
+template <int kD, bool kVec4, int kMatrices, typename Keep>
+__device__ __forceinline__ void stage_rows(__nv_bfloat16* const (&dst)[kMatrices], const float* const (&src)[kMatrices],
+                                           int64_t src_stride, int D, Keep keep) {
+  constexpr int S = mma_stride(kD);
+  const int tid = static_cast<int>(threadIdx.x);
+  if constexpr (kVec4) {
+    constexpr int kQuads = kD / 4;
+    constexpr int kPerThread = kMmaRows * kQuads / kMmaThreads;
+    constexpr int kBatch = kPerThread < 16 / kMatrices ? kPerThread : 16 / kMatrices;
+    static_assert(kPerThread % kBatch == 0);
+    for (int b = 0; b < kPerThread; b += kBatch) {
+      float4 v[kMatrices][kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int e = tid + (b + i) * kMmaThreads;
+        const int c = e / kQuads;
+        const int d = 4 * (e % kQuads);
+        const bool in = d < D && keep(c);
+#pragma unroll
+        for (int m = 0; m < kMatrices; ++m) {
+          v[m][i] = in ? __ldg(reinterpret_cast<const float4*>(src[m] + c * src_stride + d))
+                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int e = tid + (b + i) * kMmaThreads;
+        const int c = e / kQuads;
+        const int d = 4 * (e % kQuads);
+#pragma unroll
+        for (int m = 0; m < kMatrices; ++m) {
+          *reinterpret_cast<uint2*>(dst[m] + c * S + d) =
+              make_uint2(pack_bf16(v[m][i].x, v[m][i].y), pack_bf16(v[m][i].z, v[m][i].w));
+        }
+      }
+    }
+  } else {
+    for (int e = tid; e < kMmaRows * kD; e += kMmaThreads) {
+      const int c = e / kD;
+      const int d = e % kD;
+      const bool in = d < D && keep(c);
+#pragma unroll
+      for (int m = 0; m < kMatrices; ++m) {
+        dst[m][c * S + d] = __float2bfloat16_rn(in ? __ldg(src[m] + c * src_stride + d) : 0.0f);
+      }
+    }
+  }
+}
+
+/// One block: query rows t0 .. t0 + 63 of head h against the keys any of them sees (this
+/// split's run of tiles when splits > 1, written as decode's partials like the tiled kernel).
+/// Warp w owns rows 16w .. 16w + 15; a lane holds rows g = lane / 4 and g + 8 of its warp's
+/// 16, and in each 8-wide column tile the columns 2 (lane % 4) and 2 (lane % 4) + 1 (the mma
+/// accumulator layout). grid: (ceil(T / 64), heads, splits) blocks of 128 threads.
+template <int kD, bool kVec4>
+__global__ void __launch_bounds__(kMmaThreads, 2)
+    attention_prefill_mma_kernel(const AttentionArgs a, float* partials, int splits) {
+  constexpr int S = mma_stride(kD);
+  constexpr int kDTiles = kD / 8;
+  constexpr int kKeyTiles = kMmaKeys / 8;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  auto* q_s = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* k_s = q_s + kMmaRows * S;
+  __nv_bfloat16* v_s = k_s + kMmaKeys * S;
+  auto* lo_s = reinterpret_cast<int64_t*>(v_s + kMmaKeys * S);
+  int64_t* hi_s = lo_s + kMmaRows;
+  auto* seen_s = reinterpret_cast<bool*>(hi_s + kMmaRows);
+
+  const int D = a.head_dim;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int h = static_cast<int>(blockIdx.y);
+  const int kvh = h / (a.heads / a.kv_heads);
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kMmaRows;
+  const int64_t q_width = static_cast<int64_t>(a.heads) * D;
+  const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
+
+  // Each row's keys [lo, hi) (empty past T or at a bad position).
+  if (tid < kMmaRows) {
+    const int64_t t = t0 + tid;
+    const int64_t p = t < a.T ? index_at(a.positions, a.pos_i64, t) : -1;
+    const bool valid = t < a.T && position_valid(p, a.max_ctx);
+    lo_s[tid] = valid ? window_start(p, a.window) : 0;
+    hi_s[tid] = valid ? p + 1 : 0;
+  }
+  {
+    __nv_bfloat16* const dst[1] = {q_s};
+    const float* const src[1] = {a.q + t0 * q_width + static_cast<int64_t>(h) * D};
+    stage_rows<kD, kVec4>(dst, src, q_width, D, [&](int c) { return t0 + c < a.T; });
+  }
+  __syncthreads();
+  // The block's keys: the union of its rows' ranges, and whether every key in it is seen by
+  // some row (rows at consecutive positions: a prompt), so that no tile needs seen_s.
+  int64_t keys_begin = INT64_MAX;
+  int64_t keys_end = 0;
+  bool dense = true;
+  const int64_t first_hi = hi_s[0];
+  for (int r = 0; r < kMmaRows && t0 + r < a.T; ++r) {
+    const int64_t lo = lo_s[r];
+    const int64_t hi = hi_s[r];
+    dense = dense && first_hi > 0 && hi == first_hi + r;
+    if (hi == 0) continue;
+    keys_begin = min(keys_begin, lo);
+    keys_end = max(keys_end, hi);
+  }
+  const int split = static_cast<int>(blockIdx.z);
+  split_key_range(keys_begin, keys_end, split, splits, kMmaKeys);
+
+  const int g = lane / 4;
+  const int q4 = lane % 4;
+  const int r0 = warp * 16 + g;  // this lane's rows r0 and r0 + 8
+  const int64_t lo[2] = {lo_s[r0], lo_s[r0 + 8]};
+  const int64_t hi[2] = {hi_s[r0], hi_s[r0 + 8]};
+  const float scale2 = a.scale * 1.4426950408889634f;  // scores in base-2 units
+  float o[kDTiles][4];
+#pragma unroll
+  for (int n = 0; n < kDTiles; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
+  }
+  float m[2] = {-CUDART_INF_F, -CUDART_INF_F};
+  float l[2] = {0.0f, 0.0f};
+
+  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  for (int64_t j0 = keys_begin; j0 < keys_end; j0 += kMmaKeys) {
+    __syncthreads();  // the previous tile is no longer read
+    if (!dense && tid < kMmaKeys) {
+      const int64_t j = j0 + tid;
+      bool seen = false;
+      for (int r = 0; r < kMmaRows; ++r) seen = seen || (lo_s[r] <= j && j < hi_s[r]);
+      seen_s[tid] = seen;
+    }
+    if (!dense) __syncthreads();
+    const auto keep = [&](int c) { return j0 + c < keys_end && (dense || seen_s[c]); };
+    __nv_bfloat16* const dst[2] = {k_s, v_s};
+    const float* const src[2] = {k_head + j0 * kv_width, v_head + j0 * kv_width};
+    stage_rows<kD, kVec4>(dst, src, kv_width, D, keep);
+    __syncthreads();
+
+    // s = q k^T for the warp's 16 rows and the tile's 64 keys.
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[j][i] = 0.0f;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t qa[4];
+      ldmatrix_x4<false>(qa, q_s + (warp * 16 + lane % 16) * S + kk * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int jn = 0; jn < kKeyTiles / 2; ++jn) {
+        uint32_t kb[4];
+        ldmatrix_x4<false>(kb, k_s + (jn * 16 + lane % 8 + (lane / 16) * 8) * S + kk * 16 + ((lane / 8) % 2) * 8);
+        mma_bf16(s[2 * jn], qa, kb[0], kb[1]);
+        mma_bf16(s[2 * jn + 1], qa, kb[2], kb[3]);
+      }
+    }
+
+    // Online softmax over the tile, per row (the 4 lanes of a row share its max).
+    float tile_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = i / 2;
+        const int64_t key = j0 + j * 8 + 2 * q4 + i % 2;
+        s[j][i] = key < keys_end && key >= lo[row] && key < hi[row] ? s[j][i] * scale2 : -CUDART_INF_F;
+        tile_max[row] = fmaxf(tile_max[row], s[j][i]);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int row = 0; row < 2; ++row) {
+      tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 1));
+      tile_max[row] = fmaxf(tile_max[row], __shfl_xor_sync(0xffffffffu, tile_max[row], 2));
+      const float m_new = fmaxf(m[row], tile_max[row]);
+      // No key of this row yet (m_new = -inf): every weight is 0 and nothing is rescaled.
+      alpha[row] = m_new == -CUDART_INF_F ? 1.0f : exp2f(m[row] - m_new);
+      m[row] = m_new;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int j = 0; j < kKeyTiles; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int row = i / 2;
+        s[j][i] = m[row] == -CUDART_INF_F ? 0.0f : exp2f(s[j][i] - m[row]);
+        sum[row] += s[j][i];
+      }
+    }
+#pragma unroll
+    for (int row = 0; row < 2; ++row) l[row] = l[row] * alpha[row] + sum[row];  // this lane's part of the sum
+#pragma unroll
+    for (int n = 0; n < kDTiles; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    // o += p v: the weights of keys 16kk .. 16kk + 15 are the A operand as they lie.
+#pragma unroll
+    for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
+      const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                              pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dn = 0; dn < kDTiles / 2; ++dn) {
+        uint32_t vb[4];
+        ldmatrix_x4<true>(vb, v_s + (kk * 16 + lane % 16) * S + dn * 16 + (lane / 16) * 8);
+        mma_bf16(o[2 * dn], pa, vb[0], vb[1]);
+        mma_bf16(o[2 * dn + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int row = 0; row < 2; ++row) {
+    l[row] += __shfl_xor_sync(0xffffffffu, l[row], 1);
+    l[row] += __shfl_xor_sync(0xffffffffu, l[row], 2);
+  }
+#pragma unroll
+  for (int row = 0; row < 2; ++row) {
+    const int64_t t = t0 + r0 + 8 * row;
+    if (t >= a.T) continue;
+    const bool valid = hi[row] > 0;
+    const int64_t th = t * a.heads + h;
+    float* dst = splits > 1 ? partials + (th * splits + split) * D : a.out + t * q_width + static_cast<int64_t>(h) * D;
+    // splits > 1: unnormalized, m in base-2 units as the combine kernel weighs them.
+    const float mult = splits > 1 ? 1.0f : (valid ? 1.0f / l[row] : CUDART_NAN_F);
+#pragma unroll
+    for (int n = 0; n < kDTiles; ++n) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int d = n * 8 + 2 * q4 + i;
+        if (d < D) dst[d] = o[n][2 * row + i] * mult;
+      }
+    }
+    if (splits > 1 && q4 == 0) {
+      float* m_out = partials + a.T * a.heads * splits * D + th * splits + split;
+      *m_out = m[row];
+      m_out[a.T * a.heads * splits] = l[row];
+    }
+  }
+}
+
+template <int kD>
+cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, cudaStream_t stream) {
+  const auto kernel = vec4 ? attention_prefill_mma_kernel<kD, true> : attention_prefill_mma_kernel<kD, false>;
+  const size_t smem = mma_smem_bytes(kD);
+  // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
+  const cudaError_t attr =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (attr != cudaSuccess) return attr;
+  const dim3 grid(static_cast<unsigned>((a.T + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(splits));
+  kernel<<<grid, kMmaThreads, smem, stream>>>(a, scratch, splits);  // a plain launch, as the tiled kernel's
+  return cudaSuccess;
+}
+
 cudaError_t check_attention_shape(int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx,
                                   int64_t window) {
   if (T < 0 || heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 || head_dim <= 0 ||
@@ -815,21 +1149,36 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   return cudaGetLastError();
 }
 
-int attention_prefill_splits(int64_t T, int64_t heads) {
-  const int64_t blocks = (T + kPrefillRows - 1) / kPrefillRows * heads;
+namespace {
+
+/// Ways to split the keys of each block of `rows` query rows: enough blocks for `target`
+/// in all, at most `most`.
+int prefill_splits(int64_t T, int64_t heads, int64_t rows, int64_t target, int64_t most) {
+  const int64_t blocks = (T + rows - 1) / rows * heads;
   if (blocks <= 0) return 1;
-  return static_cast<int>(std::clamp<int64_t>((kPrefillTargetBlocks + blocks - 1) / blocks, 1, kPrefillMaxSplits));
+  return static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, most));
 }
 
-int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
+/// The partials any t <= T needs when t tokens split splits(t, heads) ways.
+int64_t prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim, int (*splits_for)(int64_t, int64_t)) {
   if (T <= 0 || heads <= 0 || head_dim <= 0) return 0;
-  int64_t most = 0;  // any t <= T may run: the largest t * splits(t)
+  int64_t most = 0;  // the largest t * splits(t)
   for (int64_t t = 1; t <= T; ++t) {
-    const int splits = attention_prefill_splits(t, heads);
+    const int splits = splits_for(t, heads);
     if (splits > 1) most = std::max(most, attention_decode_partials_floats(t, heads, head_dim, splits));
     if (splits == 1) break;  // splits only fall as t grows
   }
   return most;
+}
+
+}  // namespace
+
+int attention_prefill_splits(int64_t T, int64_t heads) {
+  return prefill_splits(T, heads, kPrefillRows, kPrefillTargetBlocks, kPrefillMaxSplits);
+}
+
+int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
+  return prefill_scratch_floats(T, heads, head_dim, attention_prefill_splits);
 }
 
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
@@ -855,6 +1204,40 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
   // A plain launch (launch.h): this kernel runs long enough that an early start gains
   // nothing, and the waits cost it registers (96 -> 80 with them, 25% slower at 512 tokens).
   kernel<<<grid, kPrefillThreads, smem, stream>>>(a, scratch, splits);
+  if (splits > 1) launch_combine(a, scratch, splits, vec4, stream);
+  return cudaGetLastError();
+}
+
+int attention_prefill_mma_splits(int64_t T, int64_t heads) {
+  return prefill_splits(T, heads, kMmaRows, kMmaTargetBlocks, kMmaMaxSplits);
+}
+
+int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
+  return prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits);
+}
+
+cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const float* v_cache, const void* positions,
+                                  bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, int64_t max_ctx, int64_t window, float scale, float* scratch,
+                                  cudaStream_t stream) {
+  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
+    return cudaErrorInvalidValue;
+  }
+  if (T == 0) return cudaSuccess;
+  const AttentionArgs a =
+      make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  const bool vec4 = head_dim % 4 == 0 && aligned16(q) && aligned16(k_cache) && aligned16(v_cache);
+  const int splits = attention_prefill_mma_splits(T, heads);
+  if (splits > 1 && scratch == nullptr) return cudaErrorInvalidValue;
+  cudaError_t err;
+  if (head_dim <= 64) {
+    err = launch_prefill_mma<64>(a, vec4, scratch, splits, stream);
+  } else if (head_dim <= 128) {
+    err = launch_prefill_mma<128>(a, vec4, scratch, splits, stream);
+  } else {
+    err = launch_prefill_mma<256>(a, vec4, scratch, splits, stream);
+  }
+  if (err != cudaSuccess) return err;
   if (splits > 1) launch_combine(a, scratch, splits, vec4, stream);
   return cudaGetLastError();
 }

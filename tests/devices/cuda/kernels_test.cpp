@@ -554,7 +554,7 @@ TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
   for (DataType type : kWeightTypes) {
     for (int64_t dim : {1, 7, 320, 1152, 2305, 8200}) {
       for (int64_t rows : {1, 5}) {
-        for (int variant : {0, 1, 2}) {  // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm
+        for (int variant : {0, 1, 2}) {     // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm
           const std::vector<float> x = random_floats(rows * dim, 21, -4.0f, 4.0f);
           const std::vector<float> r = random_floats(rows * dim, 22, -8.0f, 8.0f);
           const Weights w1 = make_weights(type, random_floats(dim, 23)),
@@ -857,7 +857,7 @@ std::vector<float> make_cache(const AttentionCase& c, const std::vector<int64_t>
   return cache;
 }
 
-enum class AttentionKernel { kDecode, kPrefill };
+enum class AttentionKernel { kDecode, kPrefill, kPrefillMma };
 
 /// Runs one attention kernel and returns its output (checking sentinels, partials included).
 std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c, const std::vector<float>& q,
@@ -866,14 +866,21 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Floats d_q(q);
   Floats out = Floats::poisoned(T * c.heads * c.head_dim);
-  Floats partials = Floats::poisoned(std::max<int64_t>(
-      1, kernel == AttentionKernel::kDecode ? cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits)
-                                            : cuda::attention_prefill_scratch_floats(T, c.heads, c.head_dim)));
+  int64_t scratch = cuda::attention_prefill_scratch_floats(T, c.heads, c.head_dim);
+  if (kernel == AttentionKernel::kDecode) {
+    scratch = cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits);
+  } else if (kernel == AttentionKernel::kPrefillMma) {
+    scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.head_dim);
+  }
+  Floats partials = Floats::poisoned(std::max<int64_t>(1, scratch));
   cudaError_t err;
   if (kernel == AttentionKernel::kDecode) {
     err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                  c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
                                  stream);
+  } else if (kernel == AttentionKernel::kPrefillMma) {
+    err = cuda::attention_prefill_mma(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads,
+                                      c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
   } else {
     err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
                                   c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
@@ -1048,7 +1055,7 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   Floats d_vc(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 92));
   Indices d_pos(false, pos);
   const int64_t row = c.heads * c.head_dim;
-  for (AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill}) {
+  for (AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill, AttentionKernel::kPrefillMma}) {
     const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, stream_);
     EXPECT_TRUE(all_nan("row of the bad position", got, row, 2 * row));
     EXPECT_TRUE(std::all_of(got.begin(), got.begin() + row, [](float v) { return std::isfinite(v); }));
@@ -1066,6 +1073,90 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   EXPECT_EQ(cudaErrorInvalidValue, cuda::attention_prefill(out.get(), out.get(), out.get(), d_pos.get(), false,
                                                            out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
       << "heads not a multiple of kv_heads";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::attention_prefill_mma(out.get(), out.get(), out.get(), d_pos.get(), false, out.get(), 1, 4, 1, 300,
+                                        kMaxCtx, 0, 1.0f, out.get(), stream_))
+      << "head_dim above 256";
+}
+
+// The tensor-core prefill rounds q, k, v and the softmax weights to bf16. With q, k, v that
+// bf16 holds exactly, only the weights' rounding (relative 2^-9 each) is left, and the output,
+// a weighted mean of v rows, is then off by at most 2^-9 * max |v| < 2.5e-3 (|v| <= 1 here).
+constexpr Tolerance kMmaTolerance = {2.5e-3, 0.0};
+
+std::vector<float> bf16_values(std::vector<float> v) {
+  for (float& x : v) x = __bfloat162float(__float2bfloat16_rn(x));
+  return v;
+}
+
+/// The tensor-core prefill at `pos` against the CPU on bf16-exact q, k, v (seeds from `seed`).
+void expect_prefill_mma_matches_cpu(const AttentionCase& c, const std::vector<int64_t>& pos, bool pos_i64,
+                                    uint32_t seed, cudaStream_t stream) {
+  const auto T = static_cast<int64_t>(pos.size());
+  const std::vector<float> q = bf16_values(random_floats(T * c.heads * c.head_dim, seed));
+  const std::vector<float> kc = bf16_values(make_cache(c, pos, seed + 1));
+  const std::vector<float> vc = bf16_values(make_cache(c, pos, seed + 2));
+  Floats d_kc(kc), d_vc(vc);
+  Indices d_pos(pos_i64, pos);
+  const std::vector<float> got = run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, stream);
+  const std::string what =
+      attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads));
+  EXPECT_TRUE(close(what, got, cpu_attention(c, q, kc, vc, pos), kMmaTolerance));
+}
+
+TEST_F(CudaKernels, AttentionPrefillMmaMatchesCpu) {
+  for (const AttentionCase& c : kAttentionCases) {
+    for (int64_t T : {1, 2, 7, 33, 64, 65, 129}) {
+      for (int64_t start : {int64_t{0}, int64_t{700}}) {
+        if (start == 700 && T > 65) continue;
+        expect_prefill_mma_matches_cpu(c, iota(start, T), T % 2 == 1, 86, stream_);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernels, AttentionPrefillMmaSplitOrNotMatchesCpu) {
+  // 32 heads: 40 tokens give 32 row blocks (split 4 ways), 300 give 160 (2 ways), 600 give
+  // 320 (no split); causal and sliding.
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(40, 32), 4);
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(300, 32), 2);
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(600, 32), 1);
+  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 64),
+            cuda::attention_decode_partials_floats(512, 32, 64, 2))
+      << "512 tokens split 2 ways: the largest tokens x splits up to 600";
+  for (const AttentionCase& c : {AttentionCase{32, 8, 64, 0}, AttentionCase{32, 8, 64, 100}}) {
+    for (int64_t T : {40, 300, 600}) expect_prefill_mma_matches_cpu(c, iota(5, T), true, 89, stream_);
+  }
+}
+
+TEST_F(CudaKernels, AttentionPrefillSkipsCacheRowsNoQuerySees) {
+  // Two runs of positions far apart with a 3-key window: the keys between them (and every
+  // row no query sees) are NaN, which a kernel staging a whole key range must not let reach
+  // an output through a zero weight.
+  const AttentionCase c = {4, 1, 256, 3};
+  std::vector<int64_t> pos = iota(10, 20);
+  for (int64_t p : iota(300, 20)) pos.push_back(p);
+  const auto T = static_cast<int64_t>(pos.size());
+  std::vector<float> kc = bf16_values(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 92));
+  std::vector<float> vc = bf16_values(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 93));
+  const int64_t width = c.kv_heads * c.head_dim;
+  for (int64_t j = 0; j < kMaxCtx; ++j) {
+    const bool seen = std::any_of(pos.begin(), pos.end(), [&](int64_t p) { return j <= p && j > p - c.window; });
+    if (!seen) {
+      std::fill_n(kc.begin() + j * width, width, kNaN);
+      std::fill_n(vc.begin() + j * width, width, kNaN);
+    }
+  }
+  const std::vector<float> q = bf16_values(random_floats(T * c.heads * c.head_dim, 94));
+  Floats d_kc(kc), d_vc(vc);
+  Indices d_pos(false, pos);
+  const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
+  EXPECT_TRUE(close("attention_prefill, gap in positions",
+                    run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_), want,
+                    {2e-5, 1e-4}));
+  EXPECT_TRUE(close("attention_prefill_mma, gap in positions",
+                    run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, stream_), want,
+                    kMmaTolerance));
 }
 
 // ---- elementwise -------------------------------------------------------------------------------------------
