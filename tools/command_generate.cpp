@@ -31,9 +31,11 @@ the engine has them; otherwise automatic selection). Greedy unless --temperature
   --device D           cpu, cuda or auto (default auto)
 )";
 
-constexpr const char* kScoreUsage = R"(usage: gearbox score FILE --prompt-ids IDS [--json] [--device D]
+constexpr const char* kScoreUsage = R"(usage: gearbox score FILE --prompt-ids IDS [--prefill] [--json] [--device D]
 
-Teacher-forced log-probabilities: log p(id_i | ids before i) for i >= 1.
+Teacher-forced log-probabilities: log p(id_i | ids before i) for i >= 1. By default one
+token per call (the decode path); with --prefill each log-prob comes from one call over
+the whole prefix ids[0..i-1] (the path a prompt takes, on the profile that fits it).
 )";
 
 int64_t sample(const Tensor& logits, int64_t row, double temperature, int64_t top_k, double top_p,
@@ -182,9 +184,11 @@ int run_generate(std::span<const std::string_view> args) {
 int run_score(std::span<const std::string_view> args) {
   std::string file, ids_flag, device_flag = "auto";
   bool json = false;
+  bool prefill = false;
   Flags flags(kScoreUsage);
   flags.positional("FILE", &file, true);
   flags.flag("--prompt-ids", &ids_flag);
+  flags.flag("--prefill", &prefill);
   flags.flag("--json", &json);
   flags.flag("--device", &device_flag);
   if (Status s = flags.parse(args); !s.ok()) return fail("score", s, 2);
@@ -201,12 +205,17 @@ int run_score(std::span<const std::string_view> args) {
   if (static_cast<int64_t>(ids->size()) > runner->engine().max_context()) {
     return fail("score", invalid_argument("more ids than the engine's context"));
   }
-  // One token at a time: the logits after ids[0..i] score ids[i+1]. Works with any engine
-  // (last-position or all-position logits), on whichever profile fits a single token.
+  // The logits after ids[0..i] score ids[i+1]: one token at a time (the KV cache holds the
+  // rest), or with --prefill the whole prefix from position 0 in one call (rewriting the
+  // cache rows it covers). Works with any engine (last-position or all-position logits).
   std::vector<double> logprobs;
   Tensor logits;
   for (size_t i = 0; i + 1 < ids->size(); ++i) {
-    if (Status s = runner->call({(*ids)[i]}, static_cast<int64_t>(i), ProfileRequest::automatic(), logits); !s.ok()) {
+    const std::vector<int64_t> call_ids =
+        prefill ? std::vector<int64_t>(ids->begin(), ids->begin() + static_cast<ptrdiff_t>(i) + 1)
+                : std::vector<int64_t>{(*ids)[i]};
+    const int64_t start = prefill ? 0 : static_cast<int64_t>(i);
+    if (Status s = runner->call(call_ids, start, ProfileRequest::automatic(), logits); !s.ok()) {
       return fail("score", s);
     }
     logprobs.push_back(log_prob(logits, logits.dims[1] - 1, (*ids)[i + 1]));

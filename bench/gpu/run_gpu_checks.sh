@@ -52,6 +52,9 @@ tail -n 1 "$out/build_1b.log"
 ids=$(python3 -c "import json,sys;print(','.join(map(str,json.load(open(sys.argv[1]))['prompt_ids'])))" "$work/g1b/reference.json")
 check "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --json --device cuda >"$out/score_1b.json"
 python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b.json"
+# The prefill path (each prefix in one call: the prefill profile's kernels, e.g. its attention).
+check "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --prefill --json --device cuda >"$out/score_1b_prefill.json"
+python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b_prefill.json"
 "$gearbox" inspect "$work/g1b.gbx" >"$out/inspect_1b.txt"
 
 step "benchmarks"

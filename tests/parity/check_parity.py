@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Parity of gearbox with HF transformers on a committed checkpoint (tests/data/parity/).
 
-Builds an f32 engine from the checkpoint, scores the reference prompt teacher-forced and
+Builds an f32 engine from the checkpoint, scores the reference prompt teacher-forced (one
+token per call, the decode path, and each prefix in one call, the prefill path) and
 generates greedily, and compares with expected.json (written by
 python/tools/make_parity_checkpoints.py from HF transformers in fp32):
-  every |log p difference| <= --tolerance (default 1e-4), and the 32 greedy ids identical.
+  every |log p difference| <= --tolerance (default 1e-4) on both paths, and the 32 greedy
+  ids identical.
 Standard library only.
 """
 import argparse
@@ -35,15 +37,20 @@ def main():
         engine = os.path.join(tmp, "parity.gbx")
         run([args.gearbox, "build", "--hf", args.checkpoint, "-o", engine, "--dtype", "f32", "--max-seq", "128",
              "--device", args.device])
-        score = json.loads(run([args.gearbox, "score", engine, "--prompt-ids", ids, "--json", "--device", args.device]))
+        score_cmd = [args.gearbox, "score", engine, "--prompt-ids", ids, "--json", "--device", args.device]
+        scores = {"decode": json.loads(run(score_cmd)), "prefill": json.loads(run(score_cmd + ["--prefill"]))}
         gen = json.loads(run([args.gearbox, "generate", engine, "--prompt-ids", ids, "--max-new-tokens",
                               str(len(expected["greedy_ids"])), "--ignore-eos", "--json", "--device", args.device]))
-    want, got = expected["token_logprobs"], score["token_logprobs"]
-    if len(want) != len(got):
-        sys.exit(f"FAILED: {len(got)} log-probs, expected {len(want)}")
-    worst = max(range(len(want)), key=lambda i: abs(want[i] - got[i]))
-    err = abs(want[worst] - got[worst])
-    print(f"log-probs: {len(want)} tokens, max |difference| {err:.3g} at token {worst + 1} (tolerance {args.tolerance})")
+    want = expected["token_logprobs"]
+    err = 0.0
+    for path, score in scores.items():
+        got = score["token_logprobs"]
+        if len(want) != len(got):
+            sys.exit(f"FAILED: {len(got)} log-probs on the {path} path, expected {len(want)}")
+        worst = max(range(len(want)), key=lambda i: abs(want[i] - got[i]))
+        err = max(err, abs(want[worst] - got[worst]))
+        print(f"log-probs, {path} path: {len(want)} tokens, max |difference| {abs(want[worst] - got[worst]):.3g} "
+              f"at token {worst + 1} (tolerance {args.tolerance})")
     same = gen["generated_ids"] == expected["greedy_ids"]
     print(f"greedy: {len(expected['greedy_ids'])} ids {'identical' if same else 'DIFFER'}")
     if not same:
