@@ -259,11 +259,17 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         });
       }
       const size_t alt = tactic >= kLinearCublasLtAlt ? tactic - kLinearCublasLtAlt : 0;
+      // Several outputs of 16-bit weights (fused QKV, gate+up) share one conversion of x.
+      const bool shared_input = outs > 1 && type != DataType::kF32;
+      if (shared_input) GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
       for (size_t o = 0; o < outs; ++o) {
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
         if (!algo.ok()) return algo.status();
-        GEARBOX_RETURN_IF_ERROR(state->gemm->run(*algo, f(0), weights.ptr[wid(o)], type, bias(o), out(o), m,
-                                                 wdims(o)[0], k, a.scratch, stream));
+        const void* w = weights.ptr[wid(o)];
+        GEARBOX_RETURN_IF_ERROR(
+            shared_input
+                ? state->gemm->run_converted(*algo, a.scratch, w, type, bias(o), out(o), m, wdims(o)[0], k, stream)
+                : state->gemm->run(*algo, f(0), w, type, bias(o), out(o), m, wdims(o)[0], k, a.scratch, stream));
       }
       return {};
     }

@@ -212,26 +212,53 @@ Status CublasLtGemm::run(const cublasLtMatmulAlgo_t* algo, const float* x, const
                          cudaStream_t stream) {
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
   if (M == 0 || N == 0) return Status::ok_status();
+  if (K == 0) return matmul(algo, x, w, weight_type, bias, y, M, N, K, stream);
+  if (!aligned(x) || !aligned(w) || !aligned(y) || !aligned(bias)) {
+    return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
+  }
+  if (weight_type == DataType::kF32) return matmul(algo, x, w, weight_type, bias, y, M, N, K, stream);
+  if (Status s = convert_input(x, weight_type, M, K, scratch, stream); !s.ok()) return s;
+  return matmul(algo, scratch, w, weight_type, bias, y, M, N, K, stream);
+}
+
+Status CublasLtGemm::convert_input(const float* x, DataType weight_type, int64_t M, int64_t K, void* scratch,
+                                   cudaStream_t stream) {
+  if (Status s = check_shape(M, 1, K, weight_type); !s.ok()) return s;
+  if (weight_type == DataType::kF32) return invalid_argument("an f32 GEMM reads x itself: nothing to convert");
+  if (scratch == nullptr) {
+    return invalid_argument("a bf16/f16 GEMM needs scratch of scratch_bytes(M, K) bytes for the converted x");
+  }
+  if (!aligned(x) || !aligned(scratch)) return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
+  if (M == 0 || K == 0) return Status::ok_status();
+  if (weight_type == DataType::kBF16) {
+    GEARBOX_CUDA_TRY(convert_f32_to<__nv_bfloat16>(x, static_cast<__nv_bfloat16*>(scratch), M * K, stream));
+  } else {
+    GEARBOX_CUDA_TRY(convert_f32_to<__half>(x, static_cast<__half*>(scratch), M * K, stream));
+  }
+  return Status::ok_status();
+}
+
+Status CublasLtGemm::run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
+                                   DataType weight_type, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
+                                   cudaStream_t stream) {
+  if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
+  if (weight_type == DataType::kF32) return invalid_argument("run_converted is for bf16 / f16 weights; use run()");
+  if (M == 0 || N == 0) return Status::ok_status();
+  if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
+    return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
+  }
+  return matmul(algo, x_converted, w, weight_type, bias, y, M, N, K, stream);
+}
+
+Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type,
+                            const float* bias, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
   if (K == 0) {  // an empty sum: y = bias (or 0)
     GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * sizeof(float), stream));
     if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(y, bias, M, N, stream));
     return Status::ok_status();
   }
-  const bool convert = weight_type != DataType::kF32;
-  if (!aligned(x) || !aligned(w) || !aligned(y) || !aligned(bias) || (convert && !aligned(scratch))) {
+  if (!aligned(w) || !aligned(y) || !aligned(bias))
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
-  }
-  if (convert && scratch == nullptr) {
-    return invalid_argument("a bf16/f16 GEMM needs scratch of scratch_bytes(M, K) bytes for the converted x");
-  }
-  const void* b = x;
-  if (weight_type == DataType::kBF16) {
-    GEARBOX_CUDA_TRY(convert_f32_to<__nv_bfloat16>(x, static_cast<__nv_bfloat16*>(scratch), M * K, stream));
-    b = scratch;
-  } else if (weight_type == DataType::kF16) {
-    GEARBOX_CUDA_TRY(convert_f32_to<__half>(x, static_cast<__half*>(scratch), M * K, stream));
-    b = scratch;
-  }
   MatmulDescs descs;
   if (Status s = descs.init(M, N, K, weight_type); !s.ok()) return s;
   cublasLtMatmulAlgo_t chosen{};

@@ -72,11 +72,23 @@ class CublasLtGemm {
   Status run(const cublasLtMatmulAlgo_t* algo, const float* x, const void* w, DataType weight_type, const float* bias,
              float* y, int64_t M, int64_t N, int64_t K, void* scratch, cudaStream_t stream);
 
+  /// run() in two halves, for several GEMMs of one x (a linear with several outputs): x
+  /// rounded to `weight_type` (bf16 / f16) into `scratch` once, then any number of
+  /// run_converted() calls reading it. Same shapes, alignment and errors as run();
+  /// convert_input rejects f32 weights (an f32 GEMM reads x itself).
+  static Status convert_input(const float* x, DataType weight_type, int64_t M, int64_t K, void* scratch,
+                              cudaStream_t stream);
+  Status run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w, DataType weight_type,
+                       const float* bias, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+
   /// "cublasLt X.Y.Z" of the library loaded at run time.
   static std::string version();
 
  private:
   CublasLtGemm(cublasLtHandle_t handle, void* workspace) : handle_(handle), workspace_(workspace) {}
+  /// The matmul and the bias, b = x (f32) or its W-typed copy; shapes checked, K > 0.
+  Status matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type, const float* bias,
+                float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

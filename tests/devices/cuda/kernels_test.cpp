@@ -828,9 +828,31 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
           EXPECT_TRUE(close(what + (algo ? " (given algo)" : " (heuristic)"), y.download(), want, {}, slack));
           EXPECT_TRUE(y.guard_intact() && scratch.guard_intact()) << what;
         }
+        if (type == DataType::kF32) continue;
+        // The two halves (one conversion for several GEMMs of one x) give run()'s bytes.
+        const std::vector<float> whole = y.download();
+        Floats y2 = Floats::poisoned(M * s.N);
+        ASSERT_TRUE(cuda::CublasLtGemm::convert_input(d_x.get(), type, M, s.K, scratch.get(), stream_).ok()) << what;
+        const Status cs = (*gemm)->run_converted(given, scratch.get(), d_w.get(), type, bias ? d_b.get() : nullptr,
+                                                 y2.get(), M, s.N, s.K, stream_);
+        ASSERT_TRUE(cs.ok()) << what << ": " << cs.to_string();
+        sync();
+        EXPECT_EQ(y2.download(), whole) << what << ": convert_input + run_converted differ from run()";
+        EXPECT_TRUE(y2.guard_intact() && scratch.guard_intact()) << what;
       }
     }
   }
+  Floats x(std::vector<float>(16, 1.0f));
+  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kF32, 1, 16, x.get(), stream_).code(),
+            StatusCode::kInvalidArgument)
+      << "f32 weights: nothing to convert";
+  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kBF16, 1, 16, nullptr, stream_).code(),
+            StatusCode::kInvalidArgument)
+      << "no scratch";
+  EXPECT_EQ(
+      (*gemm)->run_converted(nullptr, x.get(), x.get(), DataType::kF32, nullptr, x.get(), 1, 1, 16, stream_).code(),
+      StatusCode::kInvalidArgument)
+      << "f32 weights through run_converted";
 }
 
 // ---- attention --------------------------------------------------------------------------------------------
