@@ -1,7 +1,6 @@
 #include "builder/builder.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <random>
 #include <set>
@@ -13,8 +12,6 @@
 
 namespace gearbox::internal {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 std::vector<Dims> dims_at(std::span<const InputProfileBounds> bounds, Dims InputProfileBounds::*which) {
   std::vector<Dims> out;
@@ -210,11 +207,11 @@ Result<format::TacticTable> tune(const ir::Network& net, std::span<const format:
         const NodeArgs args = bench.args(opt_dims);
         std::vector<double> times;
         for (int r = 0; r < options.warmup + options.repetitions; ++r) {
-          const auto start = Clock::now();
-          Status s = device.run_node(net, weights, n, tactic.id, args);
-          const auto stop = Clock::now();
-          if (!s.ok()) return s.with_context("timing tactic '" + std::string(tactic.name) + "' of node " + node.name);
-          if (r >= options.warmup) times.push_back(std::chrono::duration<double, std::micro>(stop - start).count());
+          Result<double> us = device.time_node(net, weights, n, tactic.id, args);
+          if (!us.ok()) {
+            return us.status().with_context("timing tactic '" + std::string(tactic.name) + "' of node " + node.name);
+          }
+          if (r >= options.warmup) times.push_back(*us);
         }
         std::nth_element(times.begin(), times.begin() + static_cast<ptrdiff_t>(times.size() / 2), times.end());
         const auto median = static_cast<float>(times[times.size() / 2]);

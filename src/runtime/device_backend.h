@@ -3,6 +3,7 @@
 // devices/cpu/cpu_backend.cpp; the CUDA device slots in behind the same interface.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -113,6 +114,15 @@ class DeviceBackend {
   /// Runs one node now, on the calling thread (the builder's timing loop).
   virtual Status run_node(const ir::Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
                           const NodeArgs& args) const = 0;
+  /// Runs one node now and returns how long it took, in microseconds (the builder ranks
+  /// tactics by it). The default times run_node with the host's clock; a device with its
+  /// own timers measures the device's work without the host's launch costs.
+  virtual Result<double> time_node(const ir::Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
+                                   const NodeArgs& args) const {
+    const auto start = std::chrono::steady_clock::now();
+    if (Status s = run_node(net, weights, node, tactic, args); !s.ok()) return s;
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
 };
 
 /// The backend for `kind`. Errors: kUnimplemented when this build lacks the device,

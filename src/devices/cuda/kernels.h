@@ -182,6 +182,10 @@ cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_
 /// y[i] = W(x[i]), round to nearest even (the GEMM's activation conversion; W = float copies).
 template <typename W>
 cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream);
+/// One thread that keeps the stream busy for at least `microseconds` (by the GPU's global
+/// timer): what the host enqueues behind it meanwhile then runs back to back, so events
+/// around it time the device work and not the host's launches (the builder's tuning).
+cudaError_t spin(int64_t microseconds, cudaStream_t stream);
 
 // ---- fused chains (the CUDA device's decode path; each equals its unfused sequence) ----------
 /// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk

@@ -235,6 +235,22 @@ cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream)
   return cudaGetLastError();
 }
 
+namespace {
+__global__ void spin_kernel(uint64_t nanoseconds) {
+  uint64_t start = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  uint64_t now = start;
+  while (now - start < nanoseconds) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+}
+}  // namespace
+
+cudaError_t spin(int64_t microseconds, cudaStream_t stream) {
+  if (microseconds < 0) return cudaErrorInvalidValue;
+  // A plain launch: nothing before it is waited for early, nothing after it starts early.
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000u);
+  return cudaGetLastError();
+}
+
 #define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
   template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \
                                     cudaStream_t);                                                               \

@@ -1183,6 +1183,26 @@ TEST_F(CudaKernels, AttentionPrefillSkipsCacheRowsNoQuerySees) {
 
 // ---- elementwise -------------------------------------------------------------------------------------------
 
+TEST_F(CudaKernels, SpinKeepsTheStreamBusyAtLeastAsLongAsAsked) {
+  // The builder's timing relies on it: events behind a spin are recorded no sooner than its
+  // end. Only a lower bound is checked (a busy GPU may stretch it).
+  cudaEvent_t start = nullptr, stop = nullptr;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  for (int64_t us : {0, 50, 300}) {
+    CUDA_CHECK(cudaEventRecord(start, stream_));
+    CUDA_CHECK(cuda::spin(us, stream_));
+    CUDA_CHECK(cudaEventRecord(stop, stream_));
+    CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    EXPECT_GE(ms * 1000.0f, 0.95f * static_cast<float>(us)) << "spin(" << us << ")";
+  }
+  CUDA_CHECK(cudaEventDestroy(start));
+  CUDA_CHECK(cudaEventDestroy(stop));
+  EXPECT_EQ(cuda::spin(-1, stream_), cudaErrorInvalidValue);
+}
+
 TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
   using CpuOp = void (*)(const float*, const float*, float*, int64_t);
   using CudaOp = cudaError_t (*)(const float*, const float*, float*, int64_t, cudaStream_t);
