@@ -41,20 +41,20 @@ constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [
 constexpr int kAltAlgos = 3;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
-constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: half-precision networks only
+constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
 // layers; one launch, kernels.h), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
 
-/// True when every linear of `net` has 16-bit float weights (bf16 or f16): a network whose
-/// products are already rounded to 16 bits, where bf16 attention products lose nothing a
-/// user chose to keep.
-bool half_precision_linears(const Network& net) {
+/// True when every linear of `net` has bf16 weights: a network whose products already take
+/// bf16 operands, where bf16 attention products lose nothing a user chose to keep (f16 keeps
+/// 3 more mantissa bits, f32 13).
+bool bf16_linears(const Network& net) {
   bool any = false;
   for (const Node& node : net.nodes) {
     if (node.kind != OpKind::kLinear || node.weights.empty()) continue;
     const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;  // the matrix (not the bias)
-    if (type != DataType::kBF16 && type != DataType::kF16) return false;
+    if (type != DataType::kBF16) return false;
     any = true;
   }
   return any;
@@ -566,7 +566,7 @@ class CudaBackend final : public DeviceBackend {
         return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
-        if (tactic == kAttentionMma) return half_precision_linears(net);
+        if (tactic == kAttentionMma) return bf16_linears(net);
         return tactic == kAttentionSplitKv || tactic == kAttentionTiled;
       default: return tactic == kDefault;
     }

@@ -161,7 +161,7 @@ int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t h
 /// attention_prefill on tensor cores (mma.sync, sm_80+): blocks of 64 query rows, key tiles
 /// of 64, q k^T and p v as bf16 products accumulated in f32, softmax in f32. q, k, v and the
 /// softmax weights are rounded to bf16, so outputs differ from attention_prefill's by up to
-/// ~1e-2 of the values' scale: a kernel for half-precision engines. Same arguments and limits
+/// ~1e-2 of the values' scale: a kernel for bf16 engines. Same arguments and limits
 /// as attention_prefill; scratch: attention_prefill_mma_scratch_floats(T, ...) floats.
 cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                                   bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads,

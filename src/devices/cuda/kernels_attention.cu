@@ -718,7 +718,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 // while staging); each warp's scores stay in registers, where the softmax runs in f32 and the
 // weights become the A operand of PV without leaving registers. Accuracy is bf16's: q, k, v
 // and the softmax weights are rounded to 8 significant bits (the tests bound the error at
-// 1e-2), so the builder offers this kernel to half-precision engines only.
+// 1e-2), so the builder offers this kernel to engines with bf16 weights only.
 
 constexpr int kMmaRows = 64;  // query rows per block, 16 per warp
 constexpr int kMmaKeys = 64;  // keys per tile
