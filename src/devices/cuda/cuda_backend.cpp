@@ -202,8 +202,10 @@ Status by_weight_type(DataType type, F&& f) {
   }
 }
 
+/// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
+/// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, bool input_in_scratch = false) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   auto in_dims = [&](size_t i) -> const Dims& { return a.dims[static_cast<size_t>(node.inputs[i])]; };
@@ -261,8 +263,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       }
       const size_t alt = tactic >= kLinearCublasLtAlt ? tactic - kLinearCublasLtAlt : 0;
       // Several outputs of 16-bit weights (fused QKV, gate+up) share one conversion of x.
-      const bool shared_input = outs > 1 && type != DataType::kF32;
-      if (shared_input) GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
+      const bool shared_input = (outs > 1 || input_in_scratch) && type != DataType::kF32;
+      if (shared_input && !input_in_scratch) {
+        GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
+      }
       for (size_t o = 0; o < outs; ++o) {
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
         if (!algo.ok()) return algo.status();
@@ -333,7 +337,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 //                  whose first norm output feeds only the add
 //   kGatedLinear:  [linear(x) -> gate, up; gelu_tanh_mul or silu_mul(gate, up)], gate and up
 //                  read by nothing else: one gemv_gated launch when the linear's tactic is
-//                  the GEMV (decode), else the two nodes one after the other
+//                  the GEMV (decode), else the two nodes one after the other; and the
+//                  linear after them when it alone reads the activation (the down
+//                  projection): with a cuBLASLt tactic and 16-bit weights the activation
+//                  writes its input converted (gated_activation_to), so no conversion runs
 // Intermediates inside a chain are not written. The memory plan keeps every tensor a chain
 // reads alive until the chain's last node (launch_group_ends), so a fused launch never
 // writes over what another of its nodes still reads. GEARBOX_CUDA_FUSION=0 turns fusion
@@ -399,8 +406,13 @@ std::vector<Step> plan_steps(const Network& net) {
         i += 2;
       }
     } else if (fuse && gated_pair(a, b)) {
-      steps.push_back({Step::kGatedLinear, {i, i + 1}});
-      i += 2;
+      if (c != nullptr && c->kind == OpKind::kLinear && c->outputs.size() == 1 && only_reader_is(*b, c, 0)) {
+        steps.push_back({Step::kGatedLinear, {i, i + 1, i + 2}});
+        i += 3;
+      } else {
+        steps.push_back({Step::kGatedLinear, {i, i + 1}});
+        i += 2;
+      }
     } else {
       steps.push_back({Step::kSingle, {i}});
       i += 1;
@@ -476,6 +488,37 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   });
 }
 
+/// A kGatedLinear step whose linear is a GEMM: the linear, then the activation; with a down
+/// projection in the step that runs cuBLASLt on 16-bit weights, the activation writes its
+/// output rounded to the weights' type into the scratch the GEMM reads (what its own
+/// conversion would have written), and the f32 activation is never stored.
+Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step, const NetworkLaunch& launch,
+                      const NodeArgs& args, cudaStream_t stream) {
+  const auto run = [&](size_t node, bool input_in_scratch) {
+    return run_cuda_node(net, weights, node, launch.tactics[node], args, stream, input_in_scratch)
+        .with_context(net.nodes[node].name);
+  };
+  GEARBOX_RETURN_IF_ERROR(run(step.nodes[0], false));
+  const Node& act = net.nodes[step.nodes[1]];
+  const size_t down = step.nodes.size() == 3 ? step.nodes[2] : step.nodes[1];
+  const DataType type = weights.type[static_cast<size_t>(net.nodes[down].weights[0])];
+  if (step.nodes.size() == 2 || launch.tactics[down] == kLinearGemv || type == DataType::kF32) {
+    for (size_t i = 1; i < step.nodes.size(); ++i) GEARBOX_RETURN_IF_ERROR(run(step.nodes[i], false));
+    return {};
+  }
+  const auto tensor = [&](int32_t t) { return static_cast<const float*>(args.tensors[static_cast<size_t>(t)]); };
+  const int64_t n = args.dims[static_cast<size_t>(act.inputs[0])].volume();
+  const auto activation =
+      act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
+  const cudaError_t err = type == DataType::kBF16
+                              ? cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]), activation,
+                                                          static_cast<__nv_bfloat16*>(args.scratch), n, stream)
+                              : cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]), activation,
+                                                          static_cast<__half*>(args.scratch), n, stream);
+  GEARBOX_RETURN_IF_ERROR(cuda_check(err, "gated activation into the GEMM input (fused)").with_context(act.name));
+  return run(down, true);
+}
+
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
@@ -488,11 +531,12 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
       s = run_fused(net, weights, step, args, stream);
     } else if (launch.tactics[n] == kLinearGemv) {
       s = run_gated_gemv(net, weights, step, args, stream);
-    } else {  // a GEMM: the linear, then the activation
-      for (size_t node : step.nodes) {
-        s = run_cuda_node(net, weights, node, launch.tactics[node], args, stream);
-        if (!s.ok()) return s.with_context(net.nodes[node].name);
+      if (s.ok() && step.nodes.size() == 3) {  // the down projection
+        const size_t down = step.nodes[2];
+        s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
       }
+    } else {  // a GEMM: the linear, then the activation (into the down projection's GEMM)
+      s = run_gated_gemm(net, weights, step, launch, args, stream);
     }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }

@@ -182,6 +182,12 @@ cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_
 /// y[i] = W(x[i]), round to nearest even (the GEMM's activation conversion; W = float copies).
 template <typename W>
 cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream);
+/// out[i] = W(act(gate[i]) * up[i]) for act GELU (tanh) or SiLU: gelu_tanh_mul / silu_mul
+/// and convert_f32_to in one pass (a prefill's MLP activation feeding the down projection's
+/// GEMM), the f32 product never stored. W: bf16 or f16 (or float).
+template <typename W>
+cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
+                                cudaStream_t stream);
 /// One thread that keeps the stream busy for at least `microseconds` (by the GPU's global
 /// timer): what the host enqueues behind it meanwhile then runs back to back, so events
 /// around it time the device work and not the host's launches (the builder's tuning).

@@ -5,6 +5,7 @@
 //   gelu/silu_mul  gate, up [n] -> out [n]           add  a, b [n] -> out [n]
 //   add_bias_rows  y [rows, n] += bias [n]           take_last  x [B, T, F] -> y [B, F]
 //   convert_f32_to x [n] f32 -> y [n] W
+//   gated_activation_to  gate, up [n] f32 -> out [n] W (gelu/silu_mul, then the conversion)
 //
 // All memory-bound: float4 (16-byte) accesses when every pointer is 16-byte aligned, with a
 // scalar tail; grid-stride loops over at most kMaxBlocks blocks. Expressions are the CPU
@@ -137,6 +138,40 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y,
   for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(x[i], &y[i]);
 }
 
+/// out[i] = W(act(gate[i]) * up[i]): the gated activation and the conversion that feeds the
+/// next GEMM, one pass; the f32 product is never stored. kVec: float4 loads.
+template <typename W, typename Op, bool kVec>
+__global__ void __launch_bounds__(kThreads) gated_to_kernel(const float* gate, const float* up, W* out, int64_t n) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
+  const Op op;
+  int64_t scalar_begin = 0;
+  if constexpr (kVec) {
+    const int64_t n4 = n / 4;
+    for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
+      const float4 g = reinterpret_cast<const float4*>(gate)[i];
+      const float4 u = reinterpret_cast<const float4*>(up)[i];
+      Pack4<W> p;
+      convert_one(op(g.x, u.x), &p.v[0]);
+      convert_one(op(g.y, u.y), &p.v[1]);
+      convert_one(op(g.z, u.z), &p.v[2]);
+      convert_one(op(g.w, u.w), &p.v[3]);
+      reinterpret_cast<Pack4<W>*>(out)[i] = p;
+    }
+    scalar_begin = n4 * 4;
+  }
+  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(op(gate[i], up[i]), &out[i]);
+}
+
+template <typename W, typename Op>
+void launch_gated_to(const float* gate, const float* up, W* out, int64_t n, cudaStream_t stream) {
+  if (aligned16(gate) && aligned16(up) && reinterpret_cast<uintptr_t>(out) % alignof(Pack4<W>) == 0) {
+    launch_kernel(gated_to_kernel<W, Op, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, gate, up, out, n);
+  } else {
+    launch_kernel(gated_to_kernel<W, Op, false>, blocks_for(n), kThreads, 0, stream, gate, up, out, n);
+  }
+}
+
 // ---- embedding -------------------------------------------------------------------------------------
 
 /// Row i of out: table[ids[i]] * scale, or NaN and the error flag for an id outside the
@@ -251,10 +286,26 @@ cudaError_t spin(int64_t microseconds, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+template <typename W>
+cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
+                                cudaStream_t stream) {
+  if (n < 0 || (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
+    return cudaErrorInvalidValue;
+  }
+  if (n == 0) return cudaSuccess;
+  if (activation == GatedActivation::kGeluTanh) {
+    launch_gated_to<W, GeluTanhMul>(gate, up, out, n, stream);
+  } else {
+    launch_gated_to<W, SiluMul>(gate, up, out, n, stream);
+  }
+  return cudaGetLastError();
+}
+
 #define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
   template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \
                                     cudaStream_t);                                                               \
-  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, cudaStream_t);
+  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, cudaStream_t);                               \
+  template cudaError_t gated_activation_to<W>(const float*, const float*, GatedActivation, W*, int64_t, cudaStream_t);
 GEARBOX_INSTANTIATE_ELEMENTWISE(float)
 GEARBOX_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
 GEARBOX_INSTANTIATE_ELEMENTWISE(__half)

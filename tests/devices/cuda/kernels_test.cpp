@@ -1305,5 +1305,50 @@ TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
   }
 }
 
+TEST_F(CudaKernels, GatedActivationToEqualsActivationThenConvert) {
+  // The fused activation + conversion feeding a GEMM must write exactly the bytes of the two
+  // kernels it replaces (so the engine's numbers do not depend on fusion), and the
+  // activation within the CPU's f32 tolerance before rounding.
+  for (cuda::GatedActivation activation : {cuda::GatedActivation::kGeluTanh, cuda::GatedActivation::kSilu}) {
+    for (int64_t n : {1, 7, 4096, 4099}) {
+      for (int lead : {0, 1}) {  // 1: unaligned, the scalar kernel
+        const std::vector<float> gate = random_floats(n + lead, 121, -6.0f, 6.0f);
+        const std::vector<float> up = random_floats(n + lead, 122, -3.0f, 3.0f);
+        Floats d_gate(gate), d_up(up), product = Floats::poisoned(n);
+        const bool gelu = activation == cuda::GatedActivation::kGeluTanh;
+        ASSERT_EQ(cudaSuccess, (gelu ? cuda::gelu_tanh_mul : cuda::silu_mul)(d_gate.get() + lead, d_up.get() + lead,
+                                                                             product.get(), n, stream_));
+        DeviceBuffer<uint16_t> want_bf = DeviceBuffer<uint16_t>::poisoned(n + lead),
+                               want_hf = DeviceBuffer<uint16_t>::poisoned(n + lead),
+                               got_bf = DeviceBuffer<uint16_t>::poisoned(n + lead),
+                               got_hf = DeviceBuffer<uint16_t>::poisoned(n + lead);
+        const auto bf16 = [&](const DeviceBuffer<uint16_t>& b) {
+          return reinterpret_cast<__nv_bfloat16*>(b.get()) + lead;
+        };
+        const auto f16 = [&](const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()) + lead; };
+        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), bf16(want_bf), n, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), f16(want_hf), n, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::gated_activation_to(d_gate.get() + lead, d_up.get() + lead, activation,
+                                                         bf16(got_bf), n, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::gated_activation_to(d_gate.get() + lead, d_up.get() + lead, activation,
+                                                         f16(got_hf), n, stream_));
+        sync();
+        const std::string what =
+            std::string("gated_activation_to ") + (gelu ? "gelu" : "silu") + " " + shape({{"n", n}, {"lead", lead}});
+        EXPECT_EQ(got_bf.download(), want_bf.download()) << what << " bf16";
+        EXPECT_EQ(got_hf.download(), want_hf.download()) << what << " f16";
+        std::vector<float> cpu_product(static_cast<size_t>(n));
+        (gelu ? cpu::gelu_tanh_mul : cpu::silu_mul)(gate.data() + lead, up.data() + lead, cpu_product.data(), n);
+        EXPECT_TRUE(close(what + " f32 product", product.download(), cpu_product));
+        EXPECT_TRUE(got_bf.guard_intact() && got_hf.guard_intact()) << what;
+      }
+    }
+  }
+  Floats x = Floats::poisoned(4);
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gated_activation_to(x.get(), x.get(), static_cast<cuda::GatedActivation>(7),
+                                                             reinterpret_cast<__nv_bfloat16*>(x.get()), 4, stream_))
+      << "unknown activation";
+}
+
 }  // namespace
 }  // namespace gearbox
