@@ -465,6 +465,11 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   });
 }
 
+/// The activation of a kGatedLinear step's second node (gelu_tanh_mul or silu_mul).
+cuda::GatedActivation gated_activation(const Node& act) {
+  return act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
+}
+
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
 Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
                       cudaStream_t stream) {
@@ -475,8 +480,7 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   const auto bias = [&](size_t o) {
     return linear.attrs.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(2 + o)]) : nullptr;
   };
-  const auto activation =
-      act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
+  const cuda::GatedActivation activation = gated_activation(act);
   return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
     using W = decltype(tag);
     return cuda_check(cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
@@ -508,14 +512,13 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
   }
   const auto tensor = [&](int32_t t) { return static_cast<const float*>(args.tensors[static_cast<size_t>(t)]); };
   const int64_t n = args.dims[static_cast<size_t>(act.inputs[0])].volume();
-  const auto activation =
-      act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
-  const cudaError_t err = type == DataType::kBF16
-                              ? cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]), activation,
-                                                          static_cast<__nv_bfloat16*>(args.scratch), n, stream)
-                              : cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]), activation,
-                                                          static_cast<__half*>(args.scratch), n, stream);
-  GEARBOX_RETURN_IF_ERROR(cuda_check(err, "gated activation into the GEMM input (fused)").with_context(act.name));
+  GEARBOX_RETURN_IF_ERROR(by_weight_type(type, [&](auto tag) -> Status {
+                            using W = decltype(tag);
+                            return cuda_check(cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]),
+                                                                        gated_activation(act),
+                                                                        static_cast<W*>(args.scratch), n, stream),
+                                              "gated activation into the GEMM input (fused)");
+                          }).with_context(act.name));
   return run(down, true);
 }
 

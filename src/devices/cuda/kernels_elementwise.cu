@@ -40,6 +40,16 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 
 // ---- elementwise binary ops -------------------------------------------------------------------
 
+__device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
+__device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
+
+/// Four W values in one 4 * sizeof(W)-byte store.
+template <typename W>
+struct alignas(4 * sizeof(W)) Pack4 {
+  W v[4];
+};
+
 struct GeluTanhMul {
   __device__ float operator()(float g, float u) const { return gelu_tanh_times(g, u); }
 };
@@ -52,11 +62,12 @@ struct Add {
   __device__ float operator()(float a, float b) const { return a + b; }
 };
 
-/// out[i] = op(a[i], b[i]); kVec: float4 over the first n / 4 * 4 elements, then the tail.
-/// Each element is read and written by one thread, so out may alias a or b.
-template <typename Op, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    binary_kernel(const float* a, const float* b, float* out, int64_t n, Op op) {
+/// out[i] = W(op(a[i], b[i])) (W = float: the op alone; bf16 / f16: rounded to nearest even,
+/// as convert_f32_to would); kVec: float4 loads over the first n / 4 * 4 elements and
+/// 4-element stores, then the tail. Each element is read and written by one thread, so out
+/// may alias a or b.
+template <typename Op, bool kVec, typename W>
+__global__ void __launch_bounds__(kThreads) binary_kernel(const float* a, const float* b, W* out, int64_t n, Op op) {
   allow_next_kernel();
   wait_for_prior_kernels();
   int64_t scalar_begin = 0;
@@ -65,21 +76,26 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
       const float4 x = reinterpret_cast<const float4*>(a)[i];
       const float4 y = reinterpret_cast<const float4*>(b)[i];
-      reinterpret_cast<float4*>(out)[i] = make_float4(op(x.x, y.x), op(x.y, y.y), op(x.z, y.z), op(x.w, y.w));
+      Pack4<W> p;
+      convert_one(op(x.x, y.x), &p.v[0]);
+      convert_one(op(x.y, y.y), &p.v[1]);
+      convert_one(op(x.z, y.z), &p.v[2]);
+      convert_one(op(x.w, y.w), &p.v[3]);
+      reinterpret_cast<Pack4<W>*>(out)[i] = p;
     }
     scalar_begin = n4 * 4;
   }
-  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) out[i] = op(a[i], b[i]);
+  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(op(a[i], b[i]), &out[i]);
 }
 
-template <typename Op>
-cudaError_t launch_binary(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+template <typename Op, typename W = float>
+cudaError_t launch_binary(const float* a, const float* b, W* out, int64_t n, cudaStream_t stream) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  if (aligned16(a) && aligned16(b) && aligned16(out)) {
-    launch_kernel(binary_kernel<Op, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, a, b, out, n, Op{});
+  if (aligned16(a) && aligned16(b) && reinterpret_cast<uintptr_t>(out) % alignof(Pack4<W>) == 0) {
+    launch_kernel(binary_kernel<Op, true, W>, blocks_for(n / 4 + 1), kThreads, 0, stream, a, b, out, n, Op{});
   } else {
-    launch_kernel(binary_kernel<Op, false>, blocks_for(n), kThreads, 0, stream, a, b, out, n, Op{});
+    launch_kernel(binary_kernel<Op, false, W>, blocks_for(n), kThreads, 0, stream, a, b, out, n, Op{});
   }
   return cudaGetLastError();
 }
@@ -106,16 +122,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- conversion ----------------------------------------------------------------------------------
 
-__device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
-__device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
-
-/// Four W values in one 4 * sizeof(W)-byte store.
-template <typename W>
-struct alignas(4 * sizeof(W)) Pack4 {
-  W v[4];
-};
-
 /// y[i] = W(x[i]); kVec: float4 loads and 4-element stores, then the tail.
 template <typename W, bool kVec>
 __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y, int64_t n) {
@@ -136,40 +142,6 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y,
     scalar_begin = n4 * 4;
   }
   for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(x[i], &y[i]);
-}
-
-/// out[i] = W(act(gate[i]) * up[i]): the gated activation and the conversion that feeds the
-/// next GEMM, one pass; the f32 product is never stored. kVec: float4 loads.
-template <typename W, typename Op, bool kVec>
-__global__ void __launch_bounds__(kThreads) gated_to_kernel(const float* gate, const float* up, W* out, int64_t n) {
-  allow_next_kernel();
-  wait_for_prior_kernels();
-  const Op op;
-  int64_t scalar_begin = 0;
-  if constexpr (kVec) {
-    const int64_t n4 = n / 4;
-    for (int64_t i = global_thread(); i < n4; i += grid_threads()) {
-      const float4 g = reinterpret_cast<const float4*>(gate)[i];
-      const float4 u = reinterpret_cast<const float4*>(up)[i];
-      Pack4<W> p;
-      convert_one(op(g.x, u.x), &p.v[0]);
-      convert_one(op(g.y, u.y), &p.v[1]);
-      convert_one(op(g.z, u.z), &p.v[2]);
-      convert_one(op(g.w, u.w), &p.v[3]);
-      reinterpret_cast<Pack4<W>*>(out)[i] = p;
-    }
-    scalar_begin = n4 * 4;
-  }
-  for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(op(gate[i], up[i]), &out[i]);
-}
-
-template <typename W, typename Op>
-void launch_gated_to(const float* gate, const float* up, W* out, int64_t n, cudaStream_t stream) {
-  if (aligned16(gate) && aligned16(up) && reinterpret_cast<uintptr_t>(out) % alignof(Pack4<W>) == 0) {
-    launch_kernel(gated_to_kernel<W, Op, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, gate, up, out, n);
-  } else {
-    launch_kernel(gated_to_kernel<W, Op, false>, blocks_for(n), kThreads, 0, stream, gate, up, out, n);
-  }
 }
 
 // ---- embedding -------------------------------------------------------------------------------------
@@ -289,16 +261,11 @@ cudaError_t spin(int64_t microseconds, cudaStream_t stream) {
 template <typename W>
 cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
                                 cudaStream_t stream) {
-  if (n < 0 || (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
-    return cudaErrorInvalidValue;
+  switch (activation) {
+    case GatedActivation::kGeluTanh: return launch_binary<GeluTanhMul>(gate, up, out, n, stream);
+    case GatedActivation::kSilu: return launch_binary<SiluMul>(gate, up, out, n, stream);
   }
-  if (n == 0) return cudaSuccess;
-  if (activation == GatedActivation::kGeluTanh) {
-    launch_gated_to<W, GeluTanhMul>(gate, up, out, n, stream);
-  } else {
-    launch_gated_to<W, SiluMul>(gate, up, out, n, stream);
-  }
-  return cudaGetLastError();
+  return cudaErrorInvalidValue;
 }
 
 #define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
