@@ -78,7 +78,7 @@ class DeviceBackend {
   /// The tactics this device has for `node`'s op, best-known default first.
   virtual std::vector<TacticInfo> tactics(const ir::Node& node) const = 0;
   /// True when `tactic` can run `node` of `net` for every shape up to `max_dims` (all
-  /// tensors) at the precision `net` asks for (e.g. bf16 products only for 16-bit weights).
+  /// tensors) at the precision `net` asks for (e.g. bf16 attention only for bf16 weights).
   virtual bool tactic_valid(const ir::Network& net, const ir::Node& node, uint32_t tactic,
                             std::span<const Dims> max_dims) const = 0;
   /// Scratch bytes `tactic` needs for `node` at `dims` (all tensors), monotonic in dims.
