@@ -153,6 +153,8 @@ struct CapturedGraph {
 struct Step {
   enum Kind { kSingle, kHeadNormRope, kNormAddNorm, kGatedLinear } kind = kSingle;
   std::vector<size_t> nodes;
+  // kNormAddNorm: its last norm is read only by the next step's first node, a linear.
+  bool feeds_linear = false;
 };
 
 class CudaContextState final : public DeviceContextState {
@@ -334,7 +336,11 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 //   kHeadNormRope: [rms_norm(q, per head), rms_norm(k, per head), rope(q'), rope(k')], or
 //                  one [rms_norm, rope] pair, whose norm outputs feed only their rope
 //   kNormAddNorm:  [rms_norm(x), add(residual, x'), rms_norm(sum)] or without the last norm,
-//                  whose first norm output feeds only the add
+//                  whose first norm output feeds only the add. When the next step's linear
+//                  alone reads the last norm (the next layer's QKV, the MLP's gate and up)
+//                  and runs cuBLASLt on 16-bit weights, the norm writes that linear's input
+//                  converted into the scratch its GEMM reads (norm_add_norm_to; nothing runs
+//                  between the two), so no conversion runs
 //   kGatedLinear:  [linear(x) -> gate, up; gelu_tanh_mul or silu_mul(gate, up)], gate and up
 //                  read by nothing else: one gemv_gated launch when the linear's tactic is
 //                  the GEMV (decode), else the two nodes one after the other; and the
@@ -399,7 +405,8 @@ std::vector<Step> plan_steps(const Network& net) {
     } else if (fuse && row_norm(a) && b != nullptr && b->kind == OpKind::kAdd &&
                (only_reader_is(*a, b, 1) || only_reader_is(*a, b, 0))) {
       if (row_norm(c) && same_norm(*a, *c) && c->inputs[0] == b->outputs[0]) {
-        steps.push_back({Step::kNormAddNorm, {i, i + 1, i + 2}});
+        const bool feeds_linear = d != nullptr && d->kind == OpKind::kLinear && only_reader_is(*c, d, 0);
+        steps.push_back({Step::kNormAddNorm, {i, i + 1, i + 2}, feeds_linear});
         i += 3;
       } else {
         steps.push_back({Step::kNormAddNorm, {i, i + 1}});
@@ -454,7 +461,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
     const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
     const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
     const int64_t dim = x[x.rank() - 1];
-    const Node* next = step.nodes.size() == 3 ? &net.nodes[step.nodes[2]] : nullptr;
+    const Node* next = step.nodes.size() >= 3 ? &net.nodes[step.nodes[2]] : nullptr;
     return cuda_check(
         cuda::norm_add_norm<W>(static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
                                static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
@@ -492,17 +499,18 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   });
 }
 
-/// A kGatedLinear step whose linear is a GEMM: the linear, then the activation; with a down
+/// A kGatedLinear step whose linear is a GEMM (its input already in the scratch when
+/// input_in_scratch): the linear, then the activation; with a down
 /// projection in the step that runs cuBLASLt on 16-bit weights, the activation writes its
 /// output rounded to the weights' type into the scratch the GEMM reads (what its own
 /// conversion would have written), and the f32 activation is never stored.
 Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step, const NetworkLaunch& launch,
-                      const NodeArgs& args, cudaStream_t stream) {
-  const auto run = [&](size_t node, bool input_in_scratch) {
-    return run_cuda_node(net, weights, node, launch.tactics[node], args, stream, input_in_scratch)
+                      const NodeArgs& args, cudaStream_t stream, bool input_in_scratch) {
+  const auto run = [&](size_t node, bool in_scratch) {
+    return run_cuda_node(net, weights, node, launch.tactics[node], args, stream, in_scratch)
         .with_context(net.nodes[node].name);
   };
-  GEARBOX_RETURN_IF_ERROR(run(step.nodes[0], false));
+  GEARBOX_RETURN_IF_ERROR(run(step.nodes[0], input_in_scratch));
   const Node& act = net.nodes[step.nodes[1]];
   const size_t down = step.nodes.size() == 3 ? step.nodes[2] : step.nodes[1];
   const DataType type = weights.type[static_cast<size_t>(net.nodes[down].weights[0])];
@@ -522,14 +530,57 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
   return run(down, true);
 }
 
+/// Whether a kNormAddNorm step writes its last norm into the scratch, rounded to the weights'
+/// type, for the next step's linear (see plan_steps): that linear runs cuBLASLt on 16-bit
+/// weights of the norms' type.
+bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, const Step& step, const Step* next,
+                            const std::vector<uint32_t>& tactics) {
+  if (step.kind != Step::kNormAddNorm || !step.feeds_linear || next == nullptr) return false;
+  const size_t linear = next->nodes[0];
+  const DataType type = weights.type[static_cast<size_t>(net.nodes[linear].weights[0])];
+  return tactics[linear] != kLinearGemv && type != DataType::kF32 &&
+         weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
+}
+
+/// A kNormAddNorm step (three nodes) whose last norm goes into the scratch as the next
+/// linear's GEMM input (norm_writes_gemm_input); the f32 norm output is never stored.
+Status run_norm_into_gemm_input(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& args,
+                                cudaStream_t stream) {
+  const auto tensor = [&](int32_t t) { return args.tensors[static_cast<size_t>(t)]; };
+  const Node& post = net.nodes[step.nodes[0]];
+  const Node& add = net.nodes[step.nodes[1]];
+  const Node& next = net.nodes[step.nodes[2]];
+  const int32_t residual = add.inputs[0] == post.outputs[0] ? add.inputs[1] : add.inputs[0];
+  const Dims& x = args.dims[static_cast<size_t>(post.inputs[0])];
+  const int64_t dim = x[x.rank() - 1];
+  return by_weight_type(weights.type[static_cast<size_t>(post.weights[0])], [&](auto tag) -> Status {
+    using W = decltype(tag);
+    const auto w = [&](const Node& n) { return static_cast<const W*>(weights.ptr[static_cast<size_t>(n.weights[0])]); };
+    return cuda_check(
+        cuda::norm_add_norm_to<W>(static_cast<const float*>(tensor(post.inputs[0])), w(post),
+                                  static_cast<const float*>(tensor(residual)),
+                                  static_cast<float*>(tensor(add.outputs[0])), w(next), static_cast<W*>(args.scratch),
+                                  x.volume() / dim, dim, post.attrs.eps, post.attrs.weight_offset, stream),
+        "rms_norm + add + rms_norm into the GEMM input (fused)");
+  });
+}
+
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
-  for (const Step& step : steps) {
+  bool scratch_input = false;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Step& step = steps[i];
     const size_t n = step.nodes[0];
     Status s;
-    if (step.kind == Step::kSingle) {
-      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream);
+    // The previous step wrote this step's linear input into the scratch.
+    const bool input_in_scratch = scratch_input;
+    scratch_input =
+        norm_writes_gemm_input(net, weights, step, i + 1 < steps.size() ? &steps[i + 1] : nullptr, launch.tactics);
+    if (scratch_input) {
+      s = run_norm_into_gemm_input(net, weights, step, args, stream);
+    } else if (step.kind == Step::kSingle) {
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch);
     } else if (step.kind != Step::kGatedLinear) {
       s = run_fused(net, weights, step, args, stream);
     } else if (launch.tactics[n] == kLinearGemv) {
@@ -539,7 +590,7 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
         s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
       }
     } else {  // a GEMM: the linear, then the activation (into the down projection's GEMM)
-      s = run_gated_gemm(net, weights, step, launch, args, stream);
+      s = run_gated_gemm(net, weights, step, launch, args, stream, input_in_scratch);
     }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }

@@ -13,6 +13,11 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
+/// *y = x stored as the element type of y, rounded to nearest even (convert_f32_to's rounding).
+__device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
+__device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
+__device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
+
 /// The sum over the 32 lanes of a warp; every lane gets it.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -220,5 +220,11 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
 template <typename W>
 cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
                           int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream);
+/// norm_add_norm with y rounded to W (nearest even, as convert_f32_to): a GEMM input in the
+/// weights' type (prefill: the next linear reads it, and no conversion runs). w_next and y
+/// must not be null; y must not alias x, residual or sum.
+template <typename W>
+cudaError_t norm_add_norm_to(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, W* y,
+                             int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream);
 
 }  // namespace gearbox::cuda

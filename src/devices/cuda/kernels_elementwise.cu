@@ -40,10 +40,6 @@ __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(
 
 // ---- elementwise binary ops -------------------------------------------------------------------
 
-__device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
-__device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
-__device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
-
 /// Four W values in one 4 * sizeof(W)-byte store.
 template <typename W>
 struct alignas(4 * sizeof(W)) Pack4 {

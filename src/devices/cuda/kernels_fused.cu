@@ -109,10 +109,10 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
 
 /// grid: rows blocks of kCachedThreads; thread i holds elements i, i + kCachedThreads, ...
 /// (at most 8) in registers: every load is issued up front and nothing is read twice.
-template <typename W, int kCachedThreads>
+template <typename W, typename Y, int kCachedThreads>
 __global__ void __launch_bounds__(kCachedThreads)
     norm_add_norm_cached_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
-                                float* y, int dim, float eps, float offset) {
+                                Y* y, int dim, float eps, float offset) {
   __shared__ float reduce1[kCachedThreads / 32 + 1];
   __shared__ float reduce2[kCachedThreads / 32 + 1];
   allow_next_kernel();
@@ -154,15 +154,15 @@ __global__ void __launch_bounds__(kCachedThreads)
 #pragma unroll
   for (int k = 0; k < kCachedPer; ++k) {
     const int i = tid + k * kCachedThreads;
-    if (i < dim) y[base + i] = rv[k] * inv2 * (g2[k] + offset);
+    if (i < dim) convert_one(rv[k] * inv2 * (g2[k] + offset), &y[base + i]);
   }
 }
 
 /// grid: rows blocks of 256 threads, any dim. Thread i handles elements i, i + 256, ... in
 /// every phase, so an element is read and written by one thread.
-template <typename W>
+template <typename W, typename Y>
 __global__ void __launch_bounds__(kRowThreads)
-    norm_add_norm_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
+    norm_add_norm_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, Y* y,
                          int dim, float eps, float offset) {
   __shared__ float reduce1[kRowThreads / 32 + 1];
   __shared__ float reduce2[kRowThreads / 32 + 1];
@@ -182,7 +182,9 @@ __global__ void __launch_bounds__(kRowThreads)
   }
   if (w_next == nullptr) return;  // uniform across the block: no barrier is skipped by some threads only
   const float inv2 = inverse_rms(block_sum<kRowThreads>(squares2, reduce2), dim, eps);
-  for (int i = tid; i < dim; i += kRowThreads) y[base + i] = sum[base + i] * inv2 * (to_f32(w_next[i]) + offset);
+  for (int i = tid; i < dim; i += kRowThreads) {
+    convert_one(sum[base + i] * inv2 * (to_f32(w_next[i]) + offset), &y[base + i]);
+  }
 }
 
 }  // namespace
@@ -208,31 +210,50 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   return cudaGetLastError();
 }
 
-template <typename W>
-cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
-                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+namespace {
+
+template <typename W, typename Y>
+cudaError_t launch_norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
+                                 Y* y, int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
   if (rows < 0 || dim <= 0 || dim > INT32_MAX || rows > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   const auto grid = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
   if (rows <= kFewRows && dim <= static_cast<int64_t>(kCachedThreadsFewRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, kCachedThreadsFewRows>, grid, kCachedThreadsFewRows, 0, stream, x,
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsFewRows>, grid, kCachedThreadsFewRows, 0, stream, x,
                   w_post, residual, sum, w_next, y, d, eps, offset);
   } else if (dim <= static_cast<int64_t>(kCachedThreadsManyRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, kCachedThreadsManyRows>, grid, kCachedThreadsManyRows, 0, stream, x,
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsManyRows>, grid, kCachedThreadsManyRows, 0, stream, x,
                   w_post, residual, sum, w_next, y, d, eps, offset);
   } else {
-    launch_kernel(norm_add_norm_kernel<W>, grid, kRowThreads, 0, stream, x, w_post, residual, sum, w_next, y, d, eps,
+    launch_kernel(norm_add_norm_kernel<W, Y>, grid, kRowThreads, 0, stream, x, w_post, residual, sum, w_next, y, d, eps,
                   offset);
   }
   return cudaGetLastError();
+}
+
+}  // namespace
+
+template <typename W>
+cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
+                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, stream);
+}
+
+template <typename W>
+cudaError_t norm_add_norm_to(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, W* y,
+                             int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+  if (w_next == nullptr || y == nullptr) return cudaErrorInvalidValue;
+  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, stream);
 }
 
 #define GEARBOX_FUSED(W)                                                                                          \
   template cudaError_t head_norm_rope<W>(const HeadNormRope<W>*, int, const void*, bool, int64_t, int64_t, float, \
                                          float, int*, cudaStream_t);                                              \
   template cudaError_t norm_add_norm<W>(const float*, const W*, const float*, float*, const W*, float*, int64_t,  \
-                                        int64_t, float, float, cudaStream_t);
+                                        int64_t, float, float, cudaStream_t);                                     \
+  template cudaError_t norm_add_norm_to<W>(const float*, const W*, const float*, float*, const W*, W*, int64_t,   \
+                                           int64_t, float, float, cudaStream_t);
 GEARBOX_FUSED(float)
 GEARBOX_FUSED(__nv_bfloat16)
 GEARBOX_FUSED(__half)

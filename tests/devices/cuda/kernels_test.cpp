@@ -476,7 +476,7 @@ std::vector<double> rope_slack(const std::vector<float>& x, const std::vector<in
 TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
   for (DataType type : kWeightTypes) {
     for (int64_t hd : {2, 6, 80, 256, 1024}) {  // 1024: threads loop over the rotation pairs
-      for (int64_t T : {1, 3, 17}) {
+      for (int64_t T : {1, 3, 17, 40}) {
         for (bool in_place : {false, true}) {
           const int64_t q_heads = 4, k_heads = T == 3 ? 3 : 1;  // GQA; T == 3: odd head counts
           const std::vector<float> q = random_floats(T * q_heads * hd, 11, -3.0f, 3.0f);
@@ -544,6 +544,20 @@ TEST_F(CudaKernels, HeadNormRopeNegativePositionPoisonsItsRowsAndBadShapesAreRej
     EXPECT_TRUE(std::isfinite(got[static_cast<size_t>(i)]));
     EXPECT_TRUE(std::isnan(got[static_cast<size_t>(hd + i)]));
   }
+  // Several heads and tokens: only the bad token's rows (token 5) are poisoned.
+  {
+    const int64_t many = 9, heads = 2;
+    Floats xm(random_floats(many * heads * hd, 19)), ym = Floats::poisoned(many * heads * hd);
+    Indices pm(false, {0, 1, 2, 3, 4, -7, 6, 7, 8});
+    const cuda::HeadNormRope<float> pw{xm.get(), w.get(), ym.get(), heads, 1e4f, 1.0f};
+    ASSERT_EQ(cudaSuccess,
+              cuda::head_norm_rope<float>(&pw, 1, pm.get(), false, many, hd, 1e-6f, 0.0f, flag(), stream_));
+    EXPECT_EQ(take_flag(), 1);
+    const std::vector<float> out = ym.download();
+    for (int64_t i = 0; i < many * heads * hd; ++i) {
+      EXPECT_EQ(std::isnan(out[static_cast<size_t>(i)]), i / (heads * hd) == 5) << i;
+    }
+  }
   EXPECT_EQ(cudaErrorInvalidValue, cuda::head_norm_rope<float>(&part, 3, pos.get(), false, T, hd, 1e-6f, 0.0f, nullptr,
                                                                stream_));  // too many parts
   EXPECT_EQ(cudaErrorInvalidValue,
@@ -590,6 +604,59 @@ TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
 }
 
 // ---- KV cache write --------------------------------------------------------------------------------------
+
+TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
+  // The variant feeding a GEMM writes y rounded to W: exactly the bytes of norm_add_norm
+  // then convert_f32_to (so the engine's numbers do not depend on fusion), and the same sum.
+  for (int64_t dim : {7, 1152, 2305, 8200}) {  // cached kernel, and the looping one beyond 2048
+    for (int64_t rows : {1, 9, 40}) {
+      const std::vector<float> x = random_floats(rows * dim, 31, -4.0f, 4.0f);
+      const std::vector<float> r = random_floats(rows * dim, 32, -8.0f, 8.0f);
+      for (DataType type : {DataType::kBF16, DataType::kF16}) {
+        const Weights w1 = make_weights(type, random_floats(dim, 33)), w2 = make_weights(type, random_floats(dim, 34));
+        DeviceBuffer<uint8_t> d_w1(w1.bytes), d_w2(w2.bytes);
+        Floats d_x(x), d_r(r), sum = Floats::poisoned(x.size()), y = Floats::poisoned(x.size()),
+                               got_sum = Floats::poisoned(x.size());
+        DeviceBuffer<uint16_t> want = DeviceBuffer<uint16_t>::poisoned(rows * dim),
+                               got = DeviceBuffer<uint16_t>::poisoned(rows * dim);
+        ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
+                    using W = decltype(tag);
+                    const W* g1 = weight_ptr<W>(d_w1, 0);
+                    const W* g2 = weight_ptr<W>(d_w2, 0);
+                    cudaError_t err = cuda::norm_add_norm<W>(d_x.get(), g1, d_r.get(), sum.get(), g2, y.get(), rows,
+                                                             dim, 1e-6f, 1.0f, stream_);
+                    if (err == cudaSuccess) {
+                      err = cuda::convert_f32_to(y.get(), reinterpret_cast<W*>(want.get()), rows * dim, stream_);
+                    }
+                    if (err == cudaSuccess) {
+                      err = cuda::norm_add_norm_to<W>(d_x.get(), g1, d_r.get(), got_sum.get(), g2,
+                                                      reinterpret_cast<W*>(got.get()), rows, dim, 1e-6f, 1.0f, stream_);
+                    }
+                    return err;
+                  }));
+        sync();
+        const std::string what =
+            std::string("norm_add_norm_to ") + data_type_name(type) + " " + shape({{"dim", dim}, {"rows", rows}});
+        EXPECT_EQ(got.download(), want.download()) << what;
+        EXPECT_EQ(got_sum.download(), sum.download()) << what << " sum";
+        EXPECT_TRUE(got.guard_intact() && got_sum.guard_intact()) << what;
+      }
+    }
+  }
+  Floats x = Floats::poisoned(8), s = Floats::poisoned(8);
+  const auto* w = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  auto* y = reinterpret_cast<__nv_bfloat16*>(s.get() + 4);
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), w, y, -1, 4, 1e-6f, 1.0f, stream_));
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), static_cast<const __nv_bfloat16*>(nullptr), y, 1, 4,
+                                   1e-6f, 1.0f, stream_))
+      << "no next norm";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), w, static_cast<__nv_bfloat16*>(nullptr), 1, 4, 1e-6f,
+                                   1.0f, stream_))
+      << "no output";
+}
 
 TEST_F(CudaKernels, KvCacheWriteCopiesRowsAndFlagsBadPositions) {
   const int64_t max_ctx = 50;
