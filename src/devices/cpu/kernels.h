@@ -47,6 +47,9 @@ int64_t linear_blocked_scratch_floats(int64_t K);
 /// x and y may alias. Errors: a negative position -> kInvalidArgument (nothing written).
 Status rope(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
             int64_t head_dim, float theta);
+/// inv_freq_i = 1 / theta^(2i / head_dim) in f32, as rope() computes it (the CUDA device
+/// uploads these values, so that both devices rotate by the same angles).
+float rope_inv_freq(float theta, int64_t i, int64_t head_dim);
 
 // ---- attention ----------------------------------------------------------------------------
 /// Writes k, v ([T, width] each) into the caches ([max_ctx, width] each) at rows positions[t].

@@ -64,6 +64,10 @@ void rms_norm(const float* x, const float* w, float* y, int64_t rows, int64_t di
   }
 }
 
+float rope_inv_freq(float theta, int64_t i, int64_t head_dim) {
+  return 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+}
+
 Status rope(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
             int64_t head_dim, float theta) {
   if (!is_index_type(pos_type)) return not_an_index_type("positions", pos_type);
@@ -84,7 +88,7 @@ Status rope(const float* x, const void* positions, DataType pos_type, float* y, 
     const float* xt = x + t * width;
     float* yt = y + t * width;
     for (int64_t i = 0; i < half; ++i) {
-      const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+      const float inv_freq = rope_inv_freq(theta, i, head_dim);
       const float angle = pos * inv_freq;
       const float c = std::cos(angle);
       const float s = std::sin(angle);

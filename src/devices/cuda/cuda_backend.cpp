@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/log.h"
+#include "devices/cpu/kernels.h"
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
@@ -136,13 +137,43 @@ class CudaWeights final : public DeviceWeights {
   ~CudaWeights() override {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (base != nullptr) (void)cudaFree(base);
+    if (rope_base != nullptr) (void)cudaFree(rope_base);
   }
   int64_t bytes() const noexcept override { return size; }
+  /// The network's RoPE inverse frequencies for (theta, head_dim) (cpu::rope_inv_freq's
+  /// values, head_dim / 2 floats), or null.
+  const float* rope_table(float theta, int64_t head_dim) const {
+    const auto it = rope_tables.find({theta, head_dim});
+    return it == rope_tables.end() ? nullptr : it->second;
+  }
   void* base = nullptr;
   int64_t size = 0;
   std::vector<const void*> ptr;  // per weight id
   std::vector<DataType> type;
+  void* rope_base = nullptr;
+  std::map<std::pair<float, int64_t>, const float*> rope_tables;
 };
+
+/// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
+/// nodes, so that the rotations use the CPU's values and no kernel computes a pow.
+Status upload_rope_tables(const Network& net, CudaWeights* w) {
+  std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
+  std::vector<float> host;
+  for (const Node& node : net.nodes) {
+    const std::pair<float, int64_t> key{node.attrs.theta, node.attrs.head_dim};
+    if (node.kind != OpKind::kRope || node.attrs.head_dim <= 0 || offsets.contains(key)) continue;
+    offsets.emplace(key, host.size());
+    for (int64_t i = 0; i < node.attrs.head_dim / 2; ++i) {
+      host.push_back(cpu::rope_inv_freq(node.attrs.theta, i, node.attrs.head_dim));
+    }
+  }
+  if (host.empty()) return {};
+  GEARBOX_CUDA(cudaMalloc(&w->rope_base, host.size() * sizeof(float)));
+  GEARBOX_CUDA(cudaMemcpy(w->rope_base, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  for (const auto& [key, offset] : offsets)
+    w->rope_tables.emplace(key, static_cast<const float*>(w->rope_base) + offset);
+  return {};
+}
 
 struct CapturedGraph {
   cudaGraphExec_t exec = nullptr;
@@ -449,7 +480,8 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                     static_cast<float*>(tensor(rope.outputs[0])),
                     rope.attrs.heads,
                     rope.attrs.theta,
-                    rope.attrs.scale};
+                    rope.attrs.scale,
+                    weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
       }
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
@@ -705,6 +737,7 @@ class CudaBackend final : public DeviceBackend {
       w->ptr.push_back(static_cast<const uint8_t*>(w->base) + info.offset);
       w->type.push_back(info.dtype);
     }
+    GEARBOX_RETURN_IF_ERROR(upload_rope_tables(net, w.get()));
     return std::shared_ptr<DeviceWeights>(std::move(w));
   }
 

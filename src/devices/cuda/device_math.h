@@ -35,17 +35,27 @@ __device__ __forceinline__ int64_t index_at(const void* values, bool i64, int64_
   return i64 ? static_cast<const int64_t*>(values)[i] : static_cast<const int32_t*>(values)[i];
 }
 
-/// cos and sin of RoPE's angle for pair i (dims i and i + head_dim / 2) at position pos, as
-/// the CPU computes them. The CPU takes std::pow in f32 (glibc powf, within an ulp of exact);
-/// CUDA's powf is only within a few ulps, and an ulp of inv_freq moves the angle at position
-/// 4096 by ~2e-4, so pow is taken in double and rounded once: the same f32 value in practice.
-__device__ __forceinline__ void rope_cos_sin(int64_t pos, int i, int head_dim, float theta, float position_scale,
-                                             float* c, float* s) {
+/// RoPE's inverse frequency for pair i (dims i and i + head_dim / 2), as the CPU computes it
+/// when no uploaded table (cpu::rope_inv_freq's values) is at hand. The CPU takes std::pow in
+/// f32 (glibc powf, within an ulp of exact); CUDA's powf is only within a few ulps, and an
+/// ulp of inv_freq moves the angle at position 4096 by ~2e-4, so pow is taken in double and
+/// rounded once: the same f32 value in practice, at the cost of a double-precision pow.
+__device__ __forceinline__ float rope_inv_freq(int i, int head_dim, float theta) {
   const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
   const float power = static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
-  const float inv_freq = 1.0f / power;
-  const float angle = static_cast<float>(pos) * position_scale * inv_freq;
-  sincosf(angle, s, c);
+  return 1.0f / power;
+}
+
+/// cos and sin of the angle pos * position_scale * inv_freq, in f32 as on the CPU.
+__device__ __forceinline__ void rope_angle_cos_sin(int64_t pos, float position_scale, float inv_freq, float* c,
+                                                   float* s) {
+  sincosf(static_cast<float>(pos) * position_scale * inv_freq, s, c);
+}
+
+/// Both: the cos and sin of pair i's angle at position pos.
+__device__ __forceinline__ void rope_cos_sin(int64_t pos, int i, int head_dim, float theta, float position_scale,
+                                             float* c, float* s) {
+  rope_angle_cos_sin(pos, position_scale, rope_inv_freq(i, head_dim, theta), c, s);
 }
 
 /// The pair (a, b) rotated by the angle of (c, s), the products rounded separately (no FMA

@@ -205,6 +205,9 @@ struct HeadNormRope {
   int64_t heads;
   float theta;
   float position_scale;
+  /// [head_dim / 2]: inv_freq_i as cpu::rope_inv_freq computes it (device memory), or null to
+  /// compute each (a double-precision pow per pair and token).
+  const float* inv_freq = nullptr;
 };
 /// rms_norm(head_dim) + rope for up to two tensors (q and k) of one layer in one launch: one
 /// warp per (token, head). head_dim even, <= 1024; eps and offset are the norms'. A negative

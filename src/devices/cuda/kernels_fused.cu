@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(kHeadThreads)
   for (int i = tid; i < half; i += kHeadThreads) {
     float cs = 0.0f;
     float sn = 0.0f;
-    rope_cos_sin(pos, i, head_dim, P.theta, P.position_scale, &cs, &sn);
+    const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
+    rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
     // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
     const float a = x[i] * inv_rms * (to_f32(P.w[i]) + offset);
     const float b = x[i + half] * inv_rms * (to_f32(P.w[i + half]) + offset);

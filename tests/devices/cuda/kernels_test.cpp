@@ -489,10 +489,14 @@ TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
           DeviceBuffer<uint8_t> d_wq(wq.bytes), d_wk(wk.bytes);
           float* out_q = in_place ? d_q.get() : yq.get();
           float* out_k = in_place ? d_k.get() : yk.get();
+          // q's inverse frequencies from an uploaded table (as the engine runs it), k's computed.
+          std::vector<float> q_freq;
+          for (int64_t i = 0; i < hd / 2; ++i) q_freq.push_back(cpu::rope_inv_freq(1e4f, i, hd));
+          Floats d_q_freq(q_freq);
           ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
                       using W = decltype(tag);
                       const cuda::HeadNormRope<W> parts[2] = {
-                          {d_q.get(), weight_ptr<W>(d_wq, 0), out_q, q_heads, 1e4f, 1.0f},
+                          {d_q.get(), weight_ptr<W>(d_wq, 0), out_q, q_heads, 1e4f, 1.0f, d_q_freq.get()},
                           {d_k.get(), weight_ptr<W>(d_wk, 0), out_k, k_heads, 1e6f, 1.0f}};
                       return cuda::head_norm_rope<W>(parts, 2, d_pos.get(), true, T, hd, 1e-6f, 1.0f, flag(), stream_);
                     }));
