@@ -240,7 +240,7 @@ void bench_attention(cudaStream_t stream) {
         const int64_t off = (i % copies) * ctx * width;
         CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
                                      pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f,
-                                     partials.as<float>(), max_splits, stream));
+                                     partials.as<float>(), max_splits, nullptr, stream));
       });
       const double bytes = 2.0 * ctx * width * 4;
       print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
@@ -269,7 +269,7 @@ void bench_attention(cudaStream_t stream) {
         CHECK(cuda::attention_decode(q.as<float>(), fused ? k_new.as<float>() : nullptr,
                                      fused ? v_new.as<float>() : nullptr, kcache, vcache, pos.ptr, false,
                                      out.as<float>(), 1, heads, kv_heads, hd, max_ctx, 0, 0.0625f, partials.as<float>(),
-                                     16, stream));
+                                     16, nullptr, stream));
       });
       print(std::string(fused ? "decode + new row, fused" : "kv_cache_write + decode") + " ctx=" + std::to_string(ctx) +
                 " (splits 16)",

@@ -191,7 +191,11 @@ class GEARBOX_API Session {
   /// Errors: kInvalidArgument (wrong count, dtype, rank, token id...), kOutOfRange (no
   /// profile covers the shapes, or the pinned one does not), kNotFound (a pinned profile
   /// the engine does not have), kDeviceError (the device failed). A rejected call changes
-  /// nothing (not the profile, not the KV cache).
+  /// nothing (not the profile, not the KV cache). Token ids and positions in host memory
+  /// are checked before anything runs; in device memory the host cannot read them without
+  /// waiting, so the kernels check them: a bad one gives NaN where it is used and
+  /// kOutOfRange from the call that waits for that run (this one with host outputs, else
+  /// the next run or synchronize()).
   Status run(std::span<const TensorView> inputs, std::span<Tensor> outputs, Stream* stream = nullptr);
   /// The same with outputs in caller memory (host or device).
   Status run(std::span<const TensorView> inputs, std::span<TensorView> outputs, Stream* stream = nullptr);

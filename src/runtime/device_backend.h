@@ -94,6 +94,15 @@ class DeviceBackend {
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.
   virtual Result<std::shared_ptr<StreamImpl>> create_stream() const = 0;
+  /// Called once the context's enqueued work has been waited for: a bad value its kernels
+  /// met in a device-resident input (a token id outside the vocabulary, a position outside
+  /// the KV cache; the host cannot check those before enqueueing without waiting), recorded
+  /// in device memory while the work ran; reported once, then cleared. The default reports
+  /// none (the CPU device's kernels fail their stream instead).
+  virtual Status take_input_fault(DeviceContextState* context) const {
+    (void)context;
+    return {};
+  }
 
   /// Copies host memory `src` to device memory `dst`, ordered on `stream`; `src` may be
   /// reused as soon as this returns (the caller's input buffers).

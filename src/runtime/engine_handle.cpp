@@ -58,7 +58,22 @@ Status EngineHandle::wait_inflight() {
   if (!inflight_pending_) return {};
   inflight_pending_ = false;
   const Status s = inflight_event_.synchronize();
-  return s.ok() ? s : s.with_context("an earlier run of this session failed on the device");
+  if (!s.ok()) return s.with_context("an earlier run of this session failed on the device");
+  const Status fault = input_fault();
+  return fault.ok() ? fault : fault.with_context("an earlier run of this session");
+}
+
+Status EngineHandle::input_fault() {
+  Status fault = context_->take_input_fault();
+  if (fault.ok()) return fault;
+  std::string ranges;
+  for (size_t i = 0; i < engine_->inputs().size(); ++i) {
+    const int64_t limit = engine_->input_value_limit(i);
+    if (limit == 0) continue;
+    ranges +=
+        (ranges.empty() ? "" : ", ") + ("'" + engine_->inputs()[i].name + "' in [0, " + std::to_string(limit) + ")");
+  }
+  return {fault.code(), fault.message() + (ranges.empty() ? "" : "; the inputs must hold " + ranges)};
 }
 
 Status EngineHandle::mark_inflight(StreamImpl& stream) {
@@ -239,6 +254,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   }
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(stream.synchronize());
+  GEARBOX_RETURN_IF_ERROR(input_fault());
   if (ran_profile != nullptr) *ran_profile = sel.profile;
   return {};
 }

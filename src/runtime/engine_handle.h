@@ -2,7 +2,8 @@
 // ExecuTorch delegate). Private: front ends hold an EngineHandle, applications do not.
 //
 // execute() order (the contract in docs/ARCHITECTURE.md):
-//   1 lock the handle; wait for this handle's in-flight work
+//   1 lock the handle; wait for this handle's in-flight work (and report a bad
+//     device-resident input it met)
 //   2 pick the stream (the caller's, else the handle's own)
 //   3 collect every input's dims (before any switch)
 //   4 select the profile (guard, else the default request)
@@ -11,7 +12,9 @@
 //   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
 //     through staging buffers)
 //   8 enqueue
-//   9 host outputs: copy back and drain; otherwise record the in-flight event and return
+//   9 host outputs: copy back, drain and report a bad device-resident input the kernels met
+//     (DeviceBackend::take_input_fault); otherwise record the in-flight event and return
+//     (the next wait reports it)
 #pragma once
 
 #include <functional>
@@ -58,6 +61,9 @@ class EngineHandle {
   EngineHandle() = default;
   Status wait_inflight();
   Status mark_inflight(StreamImpl& stream);
+  /// After waiting for this handle's work: a bad device-resident input its kernels met,
+  /// naming the ranges the inputs must hold (ExecutionContext::take_input_fault).
+  Status input_fault();
   Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
 

@@ -40,6 +40,9 @@ class ExecutionContext {
   /// Enqueues the network on `stream`. Errors: kFailedPrecondition for a missing shape or
   /// address, or the stream's sticky error.
   Status enqueue(StreamImpl& stream);
+  /// After waiting for the enqueued work: the fault the device recorded for a device-resident
+  /// input, once (DeviceBackend::take_input_fault).
+  Status take_input_fault() { return engine_->device().take_input_fault(device_state_.get()); }
 
   /// Test hook: runs on the stream inside the switch marker.
   std::function<void()> on_device_switch;

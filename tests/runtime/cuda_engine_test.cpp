@@ -100,5 +100,51 @@ TEST(CudaEngine, DeviceOutputsReturnWithoutWaiting) {
   EXPECT_EQ(std::memcmp(got.data(), host.data<float>(), 97 * 4), 0);
 }
 
+TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  // The host cannot check ids and positions in device memory before enqueueing (it would
+  // have to wait), so the kernels do: the call that waits for the run reports it, once.
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+  Result<Session> s = Session::create(t.engine);
+  Result<Stream> stream = Stream::create(DeviceKind::kCuda);
+  Result<DeviceMemory> ids = t.engine.allocate(8), pos = t.engine.allocate(8), out_memory = t.engine.allocate(97 * 4);
+  ASSERT_TRUE(s.ok() && stream.ok() && ids.ok() && pos.ok() && out_memory.ok());
+  Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(dev.ok());
+  const auto put = [&](DeviceMemory& m, int64_t v) {
+    ASSERT_TRUE((*dev)->enqueue_copy(m.data(), &v, 8, *stream->impl()).ok());
+    ASSERT_TRUE(stream->synchronize().ok());
+  };
+  TensorView in[2] = {{ids->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice},
+                      {pos->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice}};
+  TensorView device_out{out_memory->data(), DataType::kF32, Dims(), MemoryKind::kDevice, out_memory->bytes()};
+  for (const char* profile : {"decode", "prefill"}) {  // a captured graph, and plain launches
+    SCOPED_TRACE(profile);
+    auto pin = OptimizationProfileGuard::named(profile);
+    Tensor logits;
+    // A token id past the vocabulary, host output: this run waits, so it reports it.
+    put(*ids, 97);
+    put(*pos, 0);
+    Status st = s->run(in, std::span(&logits, 1), &*stream);
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+    EXPECT_NE(st.message().find("'tokens' in [0, 97)"), std::string::npos) << st.to_string();
+    put(*ids, 5);
+    st = s->run(in, std::span(&logits, 1), &*stream);
+    EXPECT_TRUE(st.ok()) << "reported once: " << st.to_string();
+    EXPECT_TRUE(std::isfinite(logits.data<float>()[0]));
+    // A position past the KV cache, device output: the run returns at once, the wait reports.
+    put(*pos, 1 << 20);
+    st = s->run(in, std::span(&device_out, 1), &*stream);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    st = s->synchronize();
+    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+    EXPECT_NE(st.message().find("device-resident"), std::string::npos) << st.to_string();
+    EXPECT_TRUE(s->synchronize().ok());
+    put(*pos, 1);
+    st = s->run(in, std::span(&logits, 1), &*stream);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+}
+
 }  // namespace
 }  // namespace gearbox::testing

@@ -194,7 +194,15 @@ class CudaContextState final : public DeviceContextState {
     for (CapturedGraph& g : graphs) {
       if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
     }
+    if (fault_host != nullptr) {
+      const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+      (void)cudaFreeHost(fault_host);
+    }
   }
+  /// The kernels' error flag (kernels.h): mapped host memory, so that the runtime reads it
+  /// after waiting for the context's work without a copy (take_input_fault). 0 = no fault.
+  int* fault_host = nullptr;
+  int* fault_device = nullptr;  // the same int as the kernels address it
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   std::vector<CapturedGraph> graphs;  // per profile
   // The network's steps (fused chains and single nodes), planned on first use.
@@ -249,6 +257,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
   auto wdims = [&](size_t i) -> const Dims& { return net.weights[wid(i)].dims; };
   const ir::OpAttrs& at = node.attrs;
   auto* state = static_cast<CudaContextState*>(a.context);
+  int* fault = state != nullptr ? state->fault_device : nullptr;
   const char* what = ir::op_kind_name(node.kind);
 
   switch (node.kind) {
@@ -257,7 +266,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         using W = decltype(w);
         return cuda_check(
             cuda::embedding<W>(in(0), is_i64(0), in_dims(0).volume(), static_cast<const W*>(weights.ptr[wid(0)]),
-                               wdims(0)[0], wdims(0)[1], at.scale, out(0), nullptr, stream),
+                               wdims(0)[0], wdims(0)[1], at.scale, out(0), fault, stream),
             what);
       });
     case OpKind::kRmsNorm: {
@@ -314,7 +323,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
       return cuda_check(cuda::rope(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta,
-                                   at.scale, nullptr, stream),
+                                   at.scale, fault, stream),
                         what);
     }
     case OpKind::kAttention: {
@@ -326,16 +335,16 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
         return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, stream),
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
                           "attention (split-KV)");
       }
       GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
-                                                              net.max_context, nullptr, stream),
+                                                              net.max_context, fault, stream),
                                          "kv_cache_write"));
       if (tactic == kAttentionSplitKv) {
         return cuda_check(cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, stream),
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma) {
@@ -465,6 +474,8 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
   const Node& first = net.nodes[step.nodes[0]];
   const ir::OpAttrs& norm = first.attrs;
+  const auto* state = static_cast<const CudaContextState*>(a.context);
+  int* fault = state != nullptr ? state->fault_device : nullptr;
   return by_weight_type(weights.type[static_cast<size_t>(first.weights[0])], [&](auto tag) -> Status {
     using W = decltype(tag);
     if (step.kind == Step::kHeadNormRope) {
@@ -486,7 +497,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
           cuda::head_norm_rope<W>(parts, static_cast<int>(pairs), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
-                                  norm.head_dim, norm.eps, norm.weight_offset, nullptr, stream),
+                                  norm.head_dim, norm.eps, norm.weight_offset, fault, stream),
           "rms_norm + rope (fused)");
     }
     const Node& add = net.nodes[step.nodes[1]];
@@ -755,11 +766,28 @@ class CudaBackend final : public DeviceBackend {
 
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
+    {
+      const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+      GEARBOX_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&state->fault_host), sizeof(int), cudaHostAllocMapped));
+      *state->fault_host = 0;
+      GEARBOX_CUDA(cudaHostGetDevicePointer(reinterpret_cast<void**>(&state->fault_device), state->fault_host, 0));
+    }
     Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
     if (!gemm.ok()) return gemm.status();
     state->gemm = std::move(*gemm);
     state->graphs.resize(static_cast<size_t>(profiles));
     return std::unique_ptr<DeviceContextState>(std::move(state));
+  }
+
+  Status take_input_fault(DeviceContextState* context) const override {
+    auto* state = static_cast<CudaContextState*>(context);
+    if (state == nullptr || state->fault_host == nullptr) return {};
+    volatile int* flag = state->fault_host;
+    if (*flag == 0) return {};
+    *flag = 0;
+    return out_of_range(
+        "a kernel met a value outside its range in a device-resident input (a token id outside "
+        "the vocabulary or a position outside the KV cache); that run's outputs are not valid");
   }
 
   Result<std::shared_ptr<StreamImpl>> create_stream() const override {

@@ -133,10 +133,12 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// k_new, v_new [T, kv_heads * head_dim] (both or neither): the new tokens' rows, written to
 /// the caches first as kv_cache_write would (for T = 1 by the attention kernel itself, which
 /// reads key p from k_new / v_new, so the decode step needs no separate launch).
+/// A position outside [0, max_ctx): its output rows are NaN, nothing is written to the
+/// caches for it, and *error_flag (nullable) is set.
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, cudaStream_t stream);
+                             float* partials, int max_splits, int* error_flag, cudaStream_t stream);
 
 /// How many ways attention_prefill splits the keys of each block of 16 query rows: enough
 /// blocks to fill an H200 for short prompts (1 from 512 tokens at 4 heads), at most 8.

@@ -46,6 +46,7 @@ struct AttentionArgs {
   int64_t max_ctx;
   int64_t window;
   float scale;
+  int* error_flag;  // nullable: set to 1 by the decode kernel for a position outside the cache
 };
 
 /// The first key a query at position p sees.
@@ -269,6 +270,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int64_t begin = 0;
   int64_t end = 0;
   split_range(p, a, split, splits, &begin, &end);
+  if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !position_valid(p, a.max_ctx)) {
+    atomicExch(a.error_flag, 1);
+  }
   // The new row enters the cache here; no block reads cache row p (key p comes from k_new).
   if (a.k_new != nullptr && split == 0 && static_cast<int>(blockIdx.y) % subgroups == 0 &&
       position_valid(p, a.max_ctx)) {
@@ -1137,7 +1141,8 @@ AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cac
                        static_cast<int>(head_dim),
                        max_ctx,
                        window,
-                       scale};
+                       scale,
+                       nullptr};
 }
 
 }  // namespace
@@ -1174,7 +1179,7 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, cudaStream_t stream) {
+                             float* partials, int max_splits, int* error_flag, cudaStream_t stream) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
       max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr)) {
     return cudaErrorInvalidValue;
@@ -1187,6 +1192,7 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   if (splits > 1 && !cluster && partials == nullptr) return cudaErrorInvalidValue;
   AttentionArgs a =
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  a.error_flag = error_flag;
   if (k_new != nullptr && T == 1) {
     a.k_new = k_new;
     a.v_new = v_new;
@@ -1194,7 +1200,7 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
     a.v_cache_out = v_cache;
   } else if (k_new != nullptr) {
     const cudaError_t written = kv_cache_write(k_new, v_new, positions, pos_i64, T, kv_heads * head_dim, k_cache,
-                                               v_cache, max_ctx, nullptr, stream);
+                                               v_cache, max_ctx, error_flag, stream);
     if (written != cudaSuccess) return written;
   }
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache) &&

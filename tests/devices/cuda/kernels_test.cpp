@@ -955,7 +955,7 @@ enum class AttentionKernel { kDecode, kPrefill, kPrefillMma };
 /// Runs one attention kernel and returns its output (checking sentinels, partials included).
 std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c, const std::vector<float>& q,
                                  const Floats& kc, const Floats& vc, const Indices& pos, int64_t T, int max_splits,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int* error_flag = nullptr) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Floats d_q(q);
   Floats out = Floats::poisoned(T * c.heads * c.head_dim);
@@ -970,7 +970,7 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
   if (kernel == AttentionKernel::kDecode) {
     err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                  c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
-                                 stream);
+                                 error_flag, stream);
   } else if (kernel == AttentionKernel::kPrefillMma) {
     err = cuda::attention_prefill_mma(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads,
                                       c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
@@ -1076,7 +1076,8 @@ TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
                   cuda::attention_decode(d_q.get(), d_k_new.get(), d_v_new.get(), d_kc.get(), d_vc.get(), d_pos.get(),
                                          false, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
                                          1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get(), max_splits,
-                                         stream_));
+                                         flag(), stream_));
+        EXPECT_EQ(take_flag(), 0);
         sync();
         std::vector<float> kc_want = kc, vc_want = vc;
         for (int64_t t = 0; t < T; ++t) {
@@ -1149,7 +1150,10 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   Indices d_pos(false, pos);
   const int64_t row = c.heads * c.head_dim;
   for (AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill, AttentionKernel::kPrefillMma}) {
-    const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, stream_);
+    const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, stream_, flag());
+    // The decode kernel reports the bad position (the runtime reads the flag); prefill's is
+    // reported by the KV-cache write that runs before it.
+    EXPECT_EQ(take_flag(), kernel == AttentionKernel::kDecode ? 1 : 0);
     EXPECT_TRUE(all_nan("row of the bad position", got, row, 2 * row));
     EXPECT_TRUE(std::all_of(got.begin(), got.begin() + row, [](float v) { return std::isfinite(v); }));
     EXPECT_TRUE(std::all_of(got.begin() + 2 * row, got.end(), [](float v) { return std::isfinite(v); }));
@@ -1157,11 +1161,11 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   Floats out = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_decode(out.get(), nullptr, nullptr, out.get(), out.get(), d_pos.get(), false, out.get(), 1,
-                                   4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
+                                   4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, stream_))
       << "head_dim above 256";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_decode(out.get(), out.get(), nullptr, out.get(), out.get(), d_pos.get(), false, out.get(),
-                                   1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), 4, stream_))
+                                   1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, stream_))
       << "k_new without v_new";
   EXPECT_EQ(cudaErrorInvalidValue, cuda::attention_prefill(out.get(), out.get(), out.get(), d_pos.get(), false,
                                                            out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
