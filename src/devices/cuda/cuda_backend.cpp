@@ -31,8 +31,9 @@ using ir::OpKind;
 // Raised when a kernel change can change which tactic is fastest, so that tactics timed
 // against older kernels are tuned again at load (COMPATIBILITY.md). 2: programmatic
 // dependent launch, the gated GEMV, the split prefill attention. 3: the tensor-core prefill
-// attention, and tactics ranked by device time (time_node).
-constexpr int kKernelsVersion = 3;
+// attention, and tactics ranked by device time (time_node). 4: the split prefill
+// attentions' row-wise combine (both prefill tactics' times change).
+constexpr int kKernelsVersion = 4;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
