@@ -20,11 +20,13 @@
 // - Launches use programmatic dependent launch on sm_90 (devices/cuda/launch.h): a kernel
 //   may start before its predecessor on the stream ends, and waits for it before touching
 //   anything the predecessor writes. Stream order is what callers see.
-// - Error flag: `int* error_flag` (device memory, nullable) is set to 1 with an atomic by a
-//   kernel that meets bad device-resident input (a token id outside the vocabulary, a
-//   position outside the KV cache). It is never cleared by a kernel: the caller zeroes it
-//   (cudaMemsetAsync) before the step and reads it after. The bad rows are poisoned with
-//   NaN (embedding, rope) or skipped (KV-cache write), never silently zeroed.
+// - Error flag: `int* error_flag` (device-accessible memory, nullable) is set to 1 with an
+//   atomic by a kernel that meets bad device-resident input (a token id outside the
+//   vocabulary, a position outside the KV cache). It is never cleared by a kernel: the
+//   caller reads it once the work is done and clears it (the CUDA backend keeps one per
+//   context in mapped host memory; DeviceBackend::take_input_fault). The bad rows are
+//   poisoned with NaN (embedding, rope, attention) or skipped (KV-cache write), never
+//   silently zeroed.
 // - Token ids and positions are i32 or i64 (`*_i64` = true for i64), in device memory.
 #pragma once
 
