@@ -72,7 +72,8 @@ Status cuda_check(cudaError_t err, const char* what) {
 
 class CudaEvent final : public EventImpl {
  public:
-  CudaEvent() { (void)cudaEventCreateWithFlags(&event_, cudaEventDisableTiming); }
+  /// get() is null when creation failed. cudaEventDefault makes an event that times.
+  explicit CudaEvent(unsigned flags = cudaEventDisableTiming) { (void)cudaEventCreateWithFlags(&event_, flags); }
   ~CudaEvent() override {
     if (event_ != nullptr) (void)cudaEventDestroy(event_);
   }
@@ -234,6 +235,12 @@ bool fusion_enabled() {
 
 // ---- one node ---------------------------------------------------------------------------------------
 
+/// The context's error flag for the kernels (null outside a context: the builder's timing).
+int* fault_flag(const NodeArgs& a) {
+  const auto* state = static_cast<const CudaContextState*>(a.context);
+  return state != nullptr ? state->fault_device : nullptr;
+}
+
 template <typename F>
 Status by_weight_type(DataType type, F&& f) {
   switch (type) {
@@ -258,7 +265,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
   auto wdims = [&](size_t i) -> const Dims& { return net.weights[wid(i)].dims; };
   const ir::OpAttrs& at = node.attrs;
   auto* state = static_cast<CudaContextState*>(a.context);
-  int* fault = state != nullptr ? state->fault_device : nullptr;
+  int* fault = fault_flag(a);
   const char* what = ir::op_kind_name(node.kind);
 
   switch (node.kind) {
@@ -381,7 +388,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 //                  alone reads the last norm (the next layer's QKV, the MLP's gate and up)
 //                  and runs cuBLASLt on 16-bit weights, the norm writes that linear's input
 //                  converted into the scratch its GEMM reads (norm_add_norm_to; nothing runs
-//                  between the two), so no conversion runs
+//                  between the two; norm_writes_gemm_input), so no conversion runs
 //   kGatedLinear:  [linear(x) -> gate, up; gelu_tanh_mul or silu_mul(gate, up)], gate and up
 //                  read by nothing else: one gemv_gated launch when the linear's tactic is
 //                  the GEMV (decode), else the two nodes one after the other; and the
@@ -469,14 +476,16 @@ std::vector<Step> plan_steps(const Network& net) {
   return steps;
 }
 
+/// A fused chain. into_gemm_input (a kNormAddNorm step, norm_writes_gemm_input): the last
+/// norm goes into the scratch, rounded to the weights' type, as the next linear's GEMM input;
+/// its f32 output is never stored.
 Status run_fused(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, bool into_gemm_input = false) {
   auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
   const Node& first = net.nodes[step.nodes[0]];
   const ir::OpAttrs& norm = first.attrs;
-  const auto* state = static_cast<const CudaContextState*>(a.context);
-  int* fault = state != nullptr ? state->fault_device : nullptr;
+  int* fault = fault_flag(a);
   return by_weight_type(weights.type[static_cast<size_t>(first.weights[0])], [&](auto tag) -> Status {
     using W = decltype(tag);
     if (step.kind == Step::kHeadNormRope) {
@@ -505,7 +514,15 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
     const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
     const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
     const int64_t dim = x[x.rank() - 1];
-    const Node* next = step.nodes.size() >= 3 ? &net.nodes[step.nodes[2]] : nullptr;
+    const Node* next = step.nodes.size() == 3 ? &net.nodes[step.nodes[2]] : nullptr;
+    if (into_gemm_input) {
+      return cuda_check(cuda::norm_add_norm_to<W>(
+                            static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
+                            static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
+                            static_cast<const W*>(weight(*next)), static_cast<W*>(a.scratch), x.volume() / dim, dim,
+                            norm.eps, norm.weight_offset, stream),
+                        "rms_norm + add + rms_norm into the GEMM input (fused)");
+    }
     return cuda_check(
         cuda::norm_add_norm<W>(static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
                                static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
@@ -586,29 +603,6 @@ bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, cons
          weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
 }
 
-/// A kNormAddNorm step (three nodes) whose last norm goes into the scratch as the next
-/// linear's GEMM input (norm_writes_gemm_input); the f32 norm output is never stored.
-Status run_norm_into_gemm_input(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& args,
-                                cudaStream_t stream) {
-  const auto tensor = [&](int32_t t) { return args.tensors[static_cast<size_t>(t)]; };
-  const Node& post = net.nodes[step.nodes[0]];
-  const Node& add = net.nodes[step.nodes[1]];
-  const Node& next = net.nodes[step.nodes[2]];
-  const int32_t residual = add.inputs[0] == post.outputs[0] ? add.inputs[1] : add.inputs[0];
-  const Dims& x = args.dims[static_cast<size_t>(post.inputs[0])];
-  const int64_t dim = x[x.rank() - 1];
-  return by_weight_type(weights.type[static_cast<size_t>(post.weights[0])], [&](auto tag) -> Status {
-    using W = decltype(tag);
-    const auto w = [&](const Node& n) { return static_cast<const W*>(weights.ptr[static_cast<size_t>(n.weights[0])]); };
-    return cuda_check(
-        cuda::norm_add_norm_to<W>(static_cast<const float*>(tensor(post.inputs[0])), w(post),
-                                  static_cast<const float*>(tensor(residual)),
-                                  static_cast<float*>(tensor(add.outputs[0])), w(next), static_cast<W*>(args.scratch),
-                                  x.volume() / dim, dim, post.attrs.eps, post.attrs.weight_offset, stream),
-        "rms_norm + add + rms_norm into the GEMM input (fused)");
-  });
-}
-
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
@@ -621,12 +615,10 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
     const bool input_in_scratch = scratch_input;
     scratch_input =
         norm_writes_gemm_input(net, weights, step, i + 1 < steps.size() ? &steps[i + 1] : nullptr, launch.tactics);
-    if (scratch_input) {
-      s = run_norm_into_gemm_input(net, weights, step, args, stream);
-    } else if (step.kind == Step::kSingle) {
+    if (step.kind == Step::kSingle) {
       s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch);
     } else if (step.kind != Step::kGatedLinear) {
-      s = run_fused(net, weights, step, args, stream);
+      s = run_fused(net, weights, step, args, stream, scratch_input);
     } else if (launch.tactics[n] == kLinearGemv) {
       s = run_gated_gemv(net, weights, step, args, stream);
       if (s.ok() && step.nodes.size() == 3) {  // the down projection
@@ -649,24 +641,6 @@ void cuda_free(void* p) {
 // The spin ahead of a timed node (time_node): longer than the host takes to enqueue a
 // node's launches, cuBLASLt's included.
 constexpr int64_t kTimingSpinMicros = 200;
-
-/// Two timing events, destroyed with the object.
-struct Events {
-  cudaEvent_t start = nullptr;
-  cudaEvent_t stop = nullptr;
-  Events() = default;
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  ~Events() {
-    if (start != nullptr) (void)cudaEventDestroy(start);
-    if (stop != nullptr) (void)cudaEventDestroy(stop);
-  }
-  Status init() {
-    GEARBOX_CUDA(cudaEventCreate(&start));
-    GEARBOX_CUDA(cudaEventCreate(&stop));
-    return {};
-  }
-};
 
 class CudaBackend final : public DeviceBackend {
  public:
@@ -871,19 +845,19 @@ class CudaBackend final : public DeviceBackend {
   Result<double> time_node(const Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
                            const NodeArgs& args) const override {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-    Events events;
-    GEARBOX_RETURN_IF_ERROR(events.init());
+    const CudaEvent start(cudaEventDefault), stop(cudaEventDefault);
+    if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
-    GEARBOX_CUDA(cudaEventRecord(events.start, nullptr));
+    GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
     Status s = run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr);
     const double enqueue_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
-    GEARBOX_CUDA(cudaEventRecord(events.stop, nullptr));
-    GEARBOX_CUDA(cudaEventSynchronize(events.stop));
+    GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
+    GEARBOX_CUDA(cudaEventSynchronize(stop.get()));
     GEARBOX_RETURN_IF_ERROR(s);
     float ms = 0.0f;
-    GEARBOX_CUDA(cudaEventElapsedTime(&ms, events.start, events.stop));
+    GEARBOX_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
     // Enqueueing took longer than the spin (a first call's host-side setup): the GPU waited
     // for the host inside the interval, which then measures the host as the old clock did.
     if (enqueue_us > kTimingSpinMicros) return std::max(static_cast<double>(ms) * 1000.0, enqueue_us);
