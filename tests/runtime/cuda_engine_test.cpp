@@ -5,7 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gearbox/logging.h"
 
 #include "gearbox/profile_guard.h"
 #include "runtime/device_backend.h"
@@ -72,6 +78,37 @@ TEST(CudaEngine, Bf16LogitsMatchTheCpuDevice) {
   compare_devices(DataType::kBF16, 2e-2);
 }
 
+// A bf16 engine's decode profile has the CPU's logits whether the whole-step decode kernel
+// (devices/cuda/decode_layers.h) runs its decoder layers or not: a sliding layer past its
+// window and a global layer whose keys span two splits. ctest runs this binary three ways:
+// GEARBOX_CUDA_DECODE_KERNEL unset (the steps), =1 (always the kernel:
+// cuda_engine_test_whole_step) and =auto (the profile times both and keeps one, the debug
+// log says which: cuda_engine_test_whole_step_auto).
+TEST(CudaEngine, Bf16DecodeMatchesTheCpuWithAndWithoutTheWholeStepKernel) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&](LogLevel, std::string_view line) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    lines.emplace_back(line);
+  });
+  compare_devices(DataType::kBF16, 2e-2);
+  set_log_sink(nullptr);
+  set_log_level(level);
+  int served = 0, chose = 0;
+  for (const std::string& line : lines) {
+    served += line.find("the whole-step decode kernel serves") != std::string::npos ? 1 : 0;
+    chose += line.find("for its decoder layers (") != std::string::npos ? 1 : 0;
+  }
+  const char* mode = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
+  const bool forced = mode != nullptr && std::strcmp(mode, "1") == 0;
+  const bool timed = mode != nullptr && std::strcmp(mode, "auto") == 0;
+  EXPECT_EQ(served, forced || timed ? 1 : 0);
+  EXPECT_EQ(chose, timed ? 1 : 0) << "the decode profile times the two paths once";
+}
+
 TEST(CudaEngine, DeviceOutputsReturnWithoutWaiting) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
@@ -104,45 +141,52 @@ TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   // The host cannot check ids and positions in device memory before enqueueing (it would
   // have to wait), so the kernels do: the call that waits for the run reports it, once.
-  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
-  Result<Session> s = Session::create(t.engine);
-  Result<Stream> stream = Stream::create(DeviceKind::kCuda);
-  Result<DeviceMemory> ids = t.engine.allocate(8), pos = t.engine.allocate(8), out_memory = t.engine.allocate(97 * 4);
-  ASSERT_TRUE(s.ok() && stream.ok() && ids.ok() && pos.ok() && out_memory.ok());
-  Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(DeviceKind::kCuda);
-  ASSERT_TRUE(dev.ok());
-  const auto put = [&](DeviceMemory& m, int64_t v) {
-    ASSERT_TRUE((*dev)->enqueue_copy(m.data(), &v, 8, *stream->impl()).ok());
-    ASSERT_TRUE(stream->synchronize().ok());
-  };
-  TensorView in[2] = {{ids->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice},
-                      {pos->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice}};
-  TensorView device_out{out_memory->data(), DataType::kF32, Dims(), MemoryKind::kDevice, out_memory->bytes()};
-  for (const char* profile : {"decode", "prefill"}) {  // a captured graph, and plain launches
-    SCOPED_TRACE(profile);
-    auto pin = OptimizationProfileGuard::named(profile);
-    Tensor logits;
-    // A token id past the vocabulary, host output: this run waits, so it reports it.
-    put(*ids, 97);
-    put(*pos, 0);
-    Status st = s->run(in, std::span(&logits, 1), &*stream);
-    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
-    EXPECT_NE(st.message().find("'tokens' in [0, 97)"), std::string::npos) << st.to_string();
-    put(*ids, 5);
-    st = s->run(in, std::span(&logits, 1), &*stream);
-    EXPECT_TRUE(st.ok()) << "reported once: " << st.to_string();
-    EXPECT_TRUE(std::isfinite(logits.data<float>()[0]));
-    // A position past the KV cache, device output: the run returns at once, the wait reports.
-    put(*pos, 1 << 20);
-    st = s->run(in, std::span(&device_out, 1), &*stream);
-    EXPECT_TRUE(st.ok()) << st.to_string();
-    st = s->synchronize();
-    EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
-    EXPECT_NE(st.message().find("device-resident"), std::string::npos) << st.to_string();
-    EXPECT_TRUE(s->synchronize().ok());
-    put(*pos, 1);
-    st = s->run(in, std::span(&logits, 1), &*stream);
-    EXPECT_TRUE(st.ok()) << st.to_string();
+  // bf16: the decode profile runs the whole-step kernel.
+  for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
+    SCOPED_TRACE(data_type_name(dtype));
+    models::Gemma3Config c = tiny_config();
+    c.dtype = dtype;
+    TestEngine t = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+    Result<Session> s = Session::create(t.engine);
+    Result<Stream> stream = Stream::create(DeviceKind::kCuda);
+    Result<DeviceMemory> ids = t.engine.allocate(8), pos = t.engine.allocate(8), out_memory = t.engine.allocate(97 * 4);
+    ASSERT_TRUE(s.ok() && stream.ok() && ids.ok() && pos.ok() && out_memory.ok());
+    Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(DeviceKind::kCuda);
+    ASSERT_TRUE(dev.ok());
+    const auto put = [&](DeviceMemory& m, int64_t v) {
+      ASSERT_TRUE((*dev)->enqueue_copy(m.data(), &v, 8, *stream->impl()).ok());
+      ASSERT_TRUE(stream->synchronize().ok());
+    };
+    TensorView in[2] = {{ids->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice},
+                        {pos->data(), DataType::kI64, Dims{1, 1}, MemoryKind::kDevice}};
+    TensorView device_out{out_memory->data(), DataType::kF32, Dims(), MemoryKind::kDevice, out_memory->bytes()};
+    for (const char* profile : {"decode", "prefill"}) {  // a captured graph, and plain launches
+      SCOPED_TRACE(profile);
+      auto pin = OptimizationProfileGuard::named(profile);
+      Tensor logits;
+      // A token id past the vocabulary, host output: this run waits, so it reports it.
+      put(*ids, 97);
+      put(*pos, 0);
+      Status st = s->run(in, std::span(&logits, 1), &*stream);
+      EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+      EXPECT_NE(st.message().find("'tokens' in [0, 97)"), std::string::npos) << st.to_string();
+      put(*ids, 5);
+      st = s->run(in, std::span(&logits, 1), &*stream);
+      EXPECT_TRUE(st.ok()) << "reported once: " << st.to_string();
+      EXPECT_TRUE(std::isfinite(logits.data<float>()[0]));
+      // A position past the KV cache, device output: the run returns at once, the wait reports.
+      put(*pos, 1 << 20);
+      st = s->run(in, std::span(&device_out, 1), &*stream);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      st = s->synchronize();
+      EXPECT_EQ(st.code(), StatusCode::kOutOfRange) << st.to_string();
+      EXPECT_NE(st.message().find("device-resident"), std::string::npos) << st.to_string();
+      EXPECT_TRUE(s->synchronize().ok());
+      put(*pos, 1);
+      st = s->run(in, std::span(&logits, 1), &*stream);
+      EXPECT_TRUE(st.ok()) << st.to_string();
+      EXPECT_TRUE(std::isfinite(logits.data<float>()[0]));
+    }
   }
 }
 
