@@ -14,7 +14,15 @@
 //   never waits at a grid barrier, only for a free stage, so weight reads continue across
 //   phase boundaries: a barrier costs its latency only when the ring is empty.
 // - Each GEMV phase splits its matrices' rows evenly over the blocks; a block's rows are
-//   contiguous in memory, so its share is a few large copies.
+//   contiguous in memory, so its share is a few large copies. A warp takes two rows at a
+//   time (gate and up, or two rows of one tile), sharing the x loads.
+// - Latency is what it spends: the norms' weights and the next layer's descriptor are
+//   staged into shared memory (cp.async) during the GEMV before the barrier that precedes
+//   their use; the attention merges its warps through a fixed tree and the split combine
+//   has its loads in flight four splits ahead.
+// Where the time goes per layer and what did not help: docs/PERFORMANCE.md. It is not yet
+// faster than the separate kernels, so the runtime uses it only when asked
+// (GEARBOX_CUDA_DECODE_KERNEL, cuda_backend.cpp).
 // Results follow the separate kernels' order of operations per element (norm then add then
 // norm, norm then RoPE, f32 accumulation of f32 activations times weights); only the order
 // of summation differs, as between any two of our kernels.
