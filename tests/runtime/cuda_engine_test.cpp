@@ -109,6 +109,73 @@ TEST(CudaEngine, Bf16DecodeMatchesTheCpuWithAndWithoutTheWholeStepKernel) {
   EXPECT_EQ(chose, timed ? 1 : 0) << "the decode profile times the two paths once";
 }
 
+// Decode on awkward shapes against the CPU, as a table: one query head per KV head, four,
+// three; head_dim 8 to 256 (the attention's widest rows); hidden and intermediate sizes
+// that are multiples of 8 but not of the 256 threads or the 4-float loads' 1024; sliding
+// windows shorter than a split and positions spanning three key splits of 16. With
+// GEARBOX_CUDA_DECODE_KERNEL=1 (cuda_engine_test_whole_step) the decode profile runs the
+// whole-step kernel (with =auto it is timed) and the debug log must say that it serves each
+// shape.
+TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  struct Shape {
+    int hidden, intermediate, layers, heads, kv_heads, head_dim, window;
+  };
+  const Shape shapes[] = {
+      {24, 40, 3, 2, 2, 16, 5},   // G = 1, a 3-layer pattern (sliding, sliding, global)
+      {56, 104, 2, 8, 2, 8, 3},   // G = 4, head_dim 8
+      {16, 24, 2, 1, 1, 256, 7},  // head_dim 256 > hidden
+      {48, 8, 1, 3, 1, 32, 48},   // G = 3, a window past every position used
+      {4104, 72, 1, 2, 1, 8, 9},  // hidden 4104: the row norms' loads take a second batch
+  };
+  const char* mode = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
+  const bool used = mode != nullptr && (std::strcmp(mode, "1") == 0 || std::strcmp(mode, "auto") == 0);
+  for (const Shape& sh : shapes) {
+    SCOPED_TRACE("hidden " + std::to_string(sh.hidden) + ", heads " + std::to_string(sh.heads) + "/" +
+                 std::to_string(sh.kv_heads) + ", head_dim " + std::to_string(sh.head_dim));
+    models::Gemma3Config c = tiny_config();
+    c.dtype = DataType::kBF16;
+    c.hidden = sh.hidden;
+    c.intermediate = sh.intermediate;
+    c.layers = sh.layers;
+    c.heads = sh.heads;
+    c.kv_heads = sh.kv_heads;
+    c.head_dim = sh.head_dim;
+    c.sliding_window = sh.window;
+    c.layer_is_sliding.assign(static_cast<size_t>(sh.layers), true);
+    c.layer_is_sliding.back() = sh.layers == 1;
+    std::mutex mutex;
+    std::vector<std::string> lines;
+    const LogLevel level = log_level();
+    set_log_level(LogLevel::kDebug);
+    set_log_sink([&](LogLevel, std::string_view line) {
+      const std::lock_guard<std::mutex> lock(mutex);
+      lines.emplace_back(line);
+    });
+    {
+      TestEngine cuda = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCuda);
+      TestEngine cpu = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCpu);
+      Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+      ASSERT_TRUE(gpu.ok() && ref.ok());
+      const TokenInputs prompt({3, 14, 15, 92, 65, 35, 89}, 0);
+      EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
+                               run(*ref, prompt, ProfileRequest::named("prefill"))),
+                2e-2);
+      for (int64_t pos = 7; pos < 41; ++pos) {
+        const TokenInputs step({(pos * 11) % 97}, pos);
+        const ProfileRequest req = ProfileRequest::named("decode");
+        EXPECT_LT(relative_error(run(*gpu, step, req), run(*ref, step, req)), 2e-2) << "position " << pos;
+      }
+    }
+    set_log_sink(nullptr);
+    set_log_level(level);
+    bool served = false;
+    for (const std::string& line : lines)
+      served = served || line.find("whole-step decode kernel serves") != std::string::npos;
+    EXPECT_EQ(served, used);
+  }
+}
+
 TEST(CudaEngine, DeviceOutputsReturnWithoutWaiting) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
