@@ -47,6 +47,23 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return err / scale;
 }
 
+/// The debug log lines written while f() runs.
+template <typename F>
+std::vector<std::string> debug_lines(F&& f) {
+  std::mutex mutex;
+  std::vector<std::string> lines;
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&](LogLevel, std::string_view line) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    lines.emplace_back(line);
+  });
+  f();
+  set_log_sink(nullptr);
+  set_log_level(level);
+  return lines;
+}
+
 // The CUDA engine is built (tuned) on the GPU and the CPU engine from the same weights.
 void compare_devices(DataType dtype, double tolerance) {
   models::Gemma3Config c = tiny_config();
@@ -86,17 +103,7 @@ TEST(CudaEngine, Bf16LogitsMatchTheCpuDevice) {
 // log says which: cuda_engine_test_whole_step_auto).
 TEST(CudaEngine, Bf16DecodeMatchesTheCpuWithAndWithoutTheWholeStepKernel) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  std::mutex mutex;
-  std::vector<std::string> lines;
-  const LogLevel level = log_level();
-  set_log_level(LogLevel::kDebug);
-  set_log_sink([&](LogLevel, std::string_view line) {
-    const std::lock_guard<std::mutex> lock(mutex);
-    lines.emplace_back(line);
-  });
-  compare_devices(DataType::kBF16, 2e-2);
-  set_log_sink(nullptr);
-  set_log_level(level);
+  const std::vector<std::string> lines = debug_lines([] { compare_devices(DataType::kBF16, 2e-2); });
   int served = 0, chose = 0;
   for (const std::string& line : lines) {
     served += line.find("the whole-step decode kernel serves") != std::string::npos ? 1 : 0;
@@ -144,15 +151,7 @@ TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
     c.sliding_window = sh.window;
     c.layer_is_sliding.assign(static_cast<size_t>(sh.layers), true);
     c.layer_is_sliding.back() = sh.layers == 1;
-    std::mutex mutex;
-    std::vector<std::string> lines;
-    const LogLevel level = log_level();
-    set_log_level(LogLevel::kDebug);
-    set_log_sink([&](LogLevel, std::string_view line) {
-      const std::lock_guard<std::mutex> lock(mutex);
-      lines.emplace_back(line);
-    });
-    {
+    const std::vector<std::string> lines = debug_lines([&] {
       TestEngine cuda = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCuda);
       TestEngine cpu = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCpu);
       Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
@@ -166,9 +165,7 @@ TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
         const ProfileRequest req = ProfileRequest::named("decode");
         EXPECT_LT(relative_error(run(*gpu, step, req), run(*ref, step, req)), 2e-2) << "position " << pos;
       }
-    }
-    set_log_sink(nullptr);
-    set_log_level(level);
+    });
     bool served = false;
     for (const std::string& line : lines)
       served = served || line.find("whole-step decode kernel serves") != std::string::npos;
