@@ -16,6 +16,20 @@
 namespace gearbox::testing {
 namespace {
 
+// Under ThreadSanitizer every memory access is instrumented, which changes which of two
+// kernels runs faster: tests that check what timing chose skip those checks there.
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+constexpr bool kTimingDistorted = true;
+#else
+constexpr bool kTimingDistorted = false;
+#endif
+#elif defined(__SANITIZE_THREAD__)
+constexpr bool kTimingDistorted = true;
+#else
+constexpr bool kTimingDistorted = false;
+#endif
+
 std::vector<int64_t> random_tokens(size_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int64_t> d(0, vocab - 1);
@@ -114,8 +128,11 @@ TEST(Builder, ChoosesTacticsPerProfile) {
     }
     small_m_in_decode += decode[n] == 1u ? 1 : 0;
   }
-  EXPECT_GT(small_m_in_decode, 0) << "the decode profile should pick the one-pass small-M linear somewhere";
-  EXPECT_NE(std::vector<uint32_t>(decode.begin(), decode.end()), std::vector<uint32_t>(prefill.begin(), prefill.end()));
+  if (!kTimingDistorted) {  // what the timing chose (the validity check above holds everywhere)
+    EXPECT_GT(small_m_in_decode, 0) << "the decode profile should pick the one-pass small-M linear somewhere";
+    EXPECT_NE(std::vector<uint32_t>(decode.begin(), decode.end()),
+              std::vector<uint32_t>(prefill.begin(), prefill.end()));
+  }
   // The tactic table records a time for every node and an arena for every profile.
   const format::TacticTable& table = core.desc().tactic_tables.at(0);
   for (const format::ProfileTactics& p : table.profiles) {
