@@ -160,13 +160,15 @@ class CudaWeights final : public DeviceWeights {
 };
 
 /// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
-/// nodes, so that the rotations use the CPU's values and no kernel computes a pow.
+/// nodes, so that the rotations use the CPU's values and no kernel computes a pow. Each table
+/// starts on 16 bytes (the whole-step decode kernel copies them with 16-byte cp.async).
 Status upload_rope_tables(const Network& net, CudaWeights* w) {
   std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
   std::vector<float> host;
   for (const Node& node : net.nodes) {
     const std::pair<float, int64_t> key{node.attrs.theta, node.attrs.head_dim};
     if (node.kind != OpKind::kRope || node.attrs.head_dim <= 0 || offsets.contains(key)) continue;
+    host.resize((host.size() + 3) / 4 * 4, 0.0f);
     offsets.emplace(key, host.size());
     for (int64_t i = 0; i < node.attrs.head_dim / 2; ++i) {
       host.push_back(cpu::rope_inv_freq(node.attrs.theta, i, node.attrs.head_dim));
@@ -617,12 +619,12 @@ WholeStep match_whole_step(const Network& net, const std::vector<Step>& steps) {
         return fail("norms with different eps or offsets");
       }
     }
-    m.shape.activation = gated_activation(N[act]);
     if (!m.layers.empty() &&
         (att.attrs.heads != m.shape.heads || att.attrs.kv_heads != m.shape.kv_heads ||
          att.attrs.head_dim != m.shape.head_dim || gated_activation(N[act]) != m.shape.activation)) {
       return fail("layers of different shapes");
     }
+    m.shape.activation = gated_activation(N[act]);
     m.shape.heads = att.attrs.heads;
     m.shape.kv_heads = att.attrs.kv_heads;
     m.shape.head_dim = att.attrs.head_dim;

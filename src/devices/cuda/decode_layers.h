@@ -54,7 +54,7 @@ struct DecodeLayer {
   const W* up;    // [intermediate, hidden]
   const W* down;  // [hidden, intermediate]
   const W* post_ffn_norm;
-  const float* inv_freq;  // [head_dim / 2], cpu::rope_inv_freq's values
+  const float* inv_freq;  // [head_dim / 2], cpu::rope_inv_freq's values, 16-byte aligned
   float rope_position_scale;
   float attention_scale;
   int64_t window;  // sliding window in keys; 0: global
@@ -78,8 +78,8 @@ struct DecodeLayersShape {
 
 /// The launch geometry decode_layers uses on the current device, or ok = false with the
 /// reason when it cannot run there (not compute capability 9.x, a shape it does not serve:
-/// group of more than 4 query heads per KV head, head_dim > 256, row lengths not a multiple
-/// of 16 bytes, or too little shared memory).
+/// group of more than 4 query heads per KV head, head_dim not a multiple of 8 or above 256,
+/// row lengths not a multiple of 16 bytes, or too little shared memory).
 struct DecodeLayersPlan {
   bool ok = false;
   const char* why = "";
