@@ -136,6 +136,10 @@ int run_bench(std::span<const std::string_view> args) {
                      "\", \"weight_gb\": " + std::to_string(weight_gb) +
                      ", \"copy_gb_s\": " + std::to_string(*bandwidth / 1e9) + ", \"decode\": [";
   Tensor logits;
+  // The same logits left in device memory: a call then returns once its work is enqueued.
+  Result<DeviceMemory> device_logits_memory = r.engine().allocate(r.vocab() * 4);
+  if (!device_logits_memory.ok()) return fail("bench", device_logits_memory.status());
+  TensorView device_logits{device_logits_memory->data(), DataType::kF32, Dims{}, MemoryKind::kDevice, r.vocab() * 4};
   auto must = [&](const Status& s) {
     if (!s.ok()) {
       fail("bench", s);
@@ -167,9 +171,22 @@ int run_bench(std::span<const std::string_view> args) {
     std::printf(
         "decode on profile %-14s %8.3f ms/token (p10 %.3f, p90 %.3f)  %8.1f tok/s  %7.0f GB/s (%.0f%% of copy)\n",
         r.profile_label(p).c_str(), s.median, s.p10, s.p90, 1e3 / s.median, gbs, 100.0 * gbs * 1e9 / *bandwidth);
+    // The same steps with the logits left in device memory (each step still waited for):
+    // what a caller that samples on the device pays, without the host copy of the logits.
+    ms.clear();
+    for (int64_t i = 0; i < steps + 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(p), device_logits));
+      must(r.session().synchronize());
+      if (i >= 3)
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    const Stats sd = stats(ms);
+    std::printf("  the same, logits left in device memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sd.median, sd.p10,
+                sd.p90);
     json += std::string(first ? "" : ", ") + "{\"profile\": \"" + table.names[static_cast<size_t>(p)] +
             "\", \"ms\": " + std::to_string(s.median) + ", \"p10\": " + std::to_string(s.p10) +
-            ", \"p90\": " + std::to_string(s.p90) + "}";
+            ", \"p90\": " + std::to_string(s.p90) + ", \"device_logits_ms\": " + std::to_string(sd.median) + "}";
     first = false;
     if (p == prefill) {
       decode_on_prefill_ms = s.median;
@@ -200,6 +217,7 @@ int run_bench(std::span<const std::string_view> args) {
   // The switch: decode steps alternating profiles, minus the mean of the two steady costs.
   const int32_t decode = r.profile_index("decode");
   double switch_ms = 0;
+  double switch_host_us[2] = {0, 0};  // into decode, into prefill
   if (decode >= 0) {
     must(r.reset());
     must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
@@ -217,6 +235,28 @@ int run_bench(std::span<const std::string_view> args) {
                 gain);
     if (gain > 0) std::printf("; pays off after %.1f decode steps", switch_ms / gain);
     std::printf("\n");
+    // The switch itself. It enqueues no device work, so its cost is the host time a call
+    // spends because the profile changed: a call's time to enqueue (logits in device memory,
+    // the previous call waited for outside the timed region) right after the other
+    // profile ran, minus the same call's right after its own profile ran. The order runs
+    // both profiles in pairs (d d p p d d ...): the first of a pair switches, the second stays.
+    std::vector<double> enqueue_ms[2][2];  // [into decode, into prefill][switched, stayed]
+    for (int64_t i = 0; i < 4 * steps + 4; ++i) {
+      const int which = static_cast<int>((i / 2) % 2);  // 0: decode, 1: prefill
+      double t = 0;
+      must(r.call({7}, context, ProfileRequest::pinned(which == 0 ? decode : prefill), device_logits, &t));
+      must(r.session().synchronize());
+      if (i >= 4) enqueue_ms[which][i % 2].push_back(t);
+    }
+    for (int which = 0; which < 2; ++which) {
+      const Stats switched = stats(enqueue_ms[which][0]), stayed = stats(enqueue_ms[which][1]);
+      switch_host_us[which] = 1e3 * (switched.median - stayed.median);
+      std::printf(
+          "switch into profile %-12s %+8.1f us of host time (a call enqueues in %.1f us after a switch, %.1f "
+          "us without); no device work\n",
+          r.profile_label(which == 0 ? decode : prefill).c_str(), switch_host_us[which], 1e3 * switched.median,
+          1e3 * stayed.median);
+    }
   }
   // Rounds: 1 prefill (context) + N decodes, switching vs prefill-only.
   double round_ms[2] = {0, 0};
@@ -254,7 +294,10 @@ int run_bench(std::span<const std::string_view> args) {
     std::printf("wrote the chart to %s\n", svg_path.c_str());
   }
   json += "], \"memory_overhead_percent\": " + std::to_string(memory_overhead) +
-          ", \"switch_ms\": " + std::to_string(switch_ms) + ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
+          ", \"switch_ms\": " + std::to_string(switch_ms) +
+          ", \"switch_into_decode_host_us\": " + std::to_string(switch_host_us[0]) +
+          ", \"switch_into_prefill_host_us\": " + std::to_string(switch_host_us[1]) +
+          ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
           ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) + "}\n";
   if (!json_path.empty()) {
     std::ofstream out(json_path);

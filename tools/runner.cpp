@@ -41,6 +41,17 @@ Status Runner::reset() {
 
 Status Runner::call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Tensor& logits,
                     double* ms) {
+  return call_with(ids, start, request, logits, ms);
+}
+
+Status Runner::call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, TensorView& logits,
+                    double* ms) {
+  return call_with(ids, start, request, logits, ms);
+}
+
+template <typename Output>
+Status Runner::call_with(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Output& logits,
+                         double* ms) {
   std::vector<int64_t> positions(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) positions[i] = start + static_cast<int64_t>(i);
   const Dims dims{1, static_cast<int64_t>(ids.size())};

@@ -23,6 +23,10 @@ class Runner {
   /// and the wall time of the call in milliseconds.
   Status call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Tensor& logits,
               double* ms = nullptr);
+  /// The same with `logits` in caller memory (device memory: the call returns once the
+  /// work is enqueued, and `ms` is the host's time to enqueue it).
+  Status call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, TensorView& logits,
+              double* ms = nullptr);
 
   /// A fresh session (a new KV cache).
   Status reset();
@@ -37,6 +41,9 @@ class Runner {
   std::string profile_label(int32_t profile) const;
 
  private:
+  template <typename Output>
+  Status call_with(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Output& logits,
+                   double* ms);
   Runner(Engine engine, Session session, int64_t vocab)
       : engine_(std::move(engine)), session_(std::move(session)), vocab_(vocab) {}
   Engine engine_;

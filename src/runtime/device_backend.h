@@ -90,6 +90,14 @@ class DeviceBackend {
                                                                 std::span<const uint8_t> payload) const = 0;
   /// Allocates device memory (64-byte aligned). Errors: kResourceExhausted.
   virtual Result<DeviceBuffer> allocate(int64_t bytes) const = 0;
+  /// Allocates page-locked host memory that copies to and from this device move by DMA
+  /// without a bounce through a driver buffer (a session stages callers' host inputs and
+  /// outputs in it). A null buffer means the device gains nothing from it (the CPU device,
+  /// whose memory is the host's); the caller then copies directly.
+  virtual Result<DeviceBuffer> allocate_pinned(int64_t bytes) const {
+    (void)bytes;
+    return DeviceBuffer(nullptr, [](void*) {});
+  }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.

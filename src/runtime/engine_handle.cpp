@@ -1,5 +1,6 @@
 #include "runtime/engine_handle.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -43,7 +44,30 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
     if (!buf.ok()) return buf.status();
     h->staging_.push_back(std::move(*buf));
   }
+  h->pinned_.resize(bindings);
   return h;
+}
+
+void* EngineHandle::pinned_staging(size_t b, int64_t bytes) {
+  if (pinned_unavailable_) return nullptr;
+  Pinned& p = pinned_[b];
+  if (p.buffer != nullptr && p.bytes >= bytes) return p.buffer.get();
+  // Grow geometrically up to the binding's largest size, so that alternating profiles do
+  // not reallocate on every call.
+  const int64_t want = std::max(bytes, std::min(2 * p.bytes, engine_->binding_max_bytes(b)));
+  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(want);
+  if (!buf.ok()) {
+    GEARBOX_LOG(kWarning, "no page-locked staging for binding %zu (%s): copying the caller's memory directly", b,
+                buf.status().to_string().c_str());
+    return nullptr;
+  }
+  if (*buf == nullptr) {
+    pinned_unavailable_ = true;
+    return nullptr;
+  }
+  p.buffer = std::move(*buf);
+  p.bytes = want;
+  return p.buffer.get();
 }
 
 EngineHandle::~EngineHandle() {
@@ -209,12 +233,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   const size_t n_in = inputs.size();
   for (size_t i = 0; i < n_in; ++i) {
     GEARBOX_RETURN_IF_ERROR(context_->set_input_shape(i, dims[i]));
-    void* address = inputs[i].data;
-    if (inputs[i].memory == MemoryKind::kHost) {
-      address = staging_[i].get();
-      GEARBOX_RETURN_IF_ERROR(engine_->device().copy_from_host(address, inputs[i].data,
-                                                               ir::tensor_bytes(dims[i], inputs[i].dtype), stream));
-    }
+    void* address = inputs[i].memory == MemoryKind::kHost ? staging_[i].get() : inputs[i].data;
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
   std::vector<std::pair<void*, int64_t>> host_copies;  // (caller pointer, bytes) per host output
@@ -232,8 +251,27 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
   }
   if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
-  // 8. Enqueue.
-  GEARBOX_RETURN_IF_ERROR(context_->enqueue(stream));
+  // 8. Host inputs in, then the network. From the first copy on, work reads the staging
+  // buffers: a failure drains the stream before it returns, so that the next call may
+  // overwrite them.
+  const auto drain = [&](const Status& s) {
+    (void)stream.synchronize();
+    inflight_pending_ = false;
+    return s;
+  };
+  for (size_t i = 0; i < n_in; ++i) {
+    if (inputs[i].memory != MemoryKind::kHost) continue;
+    const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
+    Status copied;
+    if (void* pinned = pinned_staging(i, bytes); pinned != nullptr) {
+      std::memcpy(pinned, inputs[i].data, static_cast<size_t>(bytes));
+      copied = engine_->device().enqueue_copy(staging_[i].get(), pinned, bytes, stream);
+    } else {
+      copied = engine_->device().copy_from_host(staging_[i].get(), inputs[i].data, bytes, stream);
+    }
+    if (!copied.ok()) return drain(copied);
+  }
+  if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
   // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
   if (host_copies.empty()) {
@@ -241,19 +279,25 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (ran_profile != nullptr) *ran_profile = sel.profile;
     return {};
   }
+  // Each host output lands in page-locked memory (a DMA at full link speed) and is copied
+  // to the caller's after the drain; without it, straight into the caller's memory.
+  std::vector<void*> landed(host_copies.size(), nullptr);
   size_t host_index = 0;
   for (size_t o = 0; o < outputs.size(); ++o) {
     if (outputs[o].memory != MemoryKind::kHost) continue;
-    const auto [dst, bytes] = host_copies[host_index++];
-    Status copied = engine_->device().enqueue_copy(dst, staging_[n_in + o].get(), bytes, stream);
-    if (!copied.ok()) {
-      (void)stream.synchronize();  // the network is in flight: never return with it untracked
-      inflight_pending_ = false;
-      return copied;
-    }
+    const auto [dst, bytes] = host_copies[host_index];
+    landed[host_index] = pinned_staging(n_in + o, bytes);
+    void* target = landed[host_index] != nullptr ? landed[host_index] : dst;
+    ++host_index;
+    // The network is in flight: never return with it untracked.
+    Status copied = engine_->device().enqueue_copy(target, staging_[n_in + o].get(), bytes, stream);
+    if (!copied.ok()) return drain(copied);
   }
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(stream.synchronize());
+  for (size_t k = 0; k < host_copies.size(); ++k) {
+    if (landed[k] != nullptr) std::memcpy(host_copies[k].first, landed[k], static_cast<size_t>(host_copies[k].second));
+  }
   GEARBOX_RETURN_IF_ERROR(input_fault());
   if (ran_profile != nullptr) *ran_profile = sel.profile;
   return {};

@@ -11,7 +11,7 @@
 //   6 switch only when the profile changed; mark in-flight right after the switch
 //   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
 //     through staging buffers)
-//   8 enqueue
+//   8 copy host inputs in (through page-locked host memory where the device has it), enqueue
 //   9 host outputs: copy back, drain and report a bad device-resident input the kernels met
 //     (DeviceBackend::take_input_fault); otherwise record the in-flight event and return
 //     (the next wait reports it)
@@ -66,6 +66,10 @@ class EngineHandle {
   Status input_fault();
   Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+  /// Page-locked host memory of at least `bytes` for binding `b` (grown on demand), or null
+  /// when the device has none to give (the CPU) or cannot give it now: the caller's host
+  /// memory is then copied directly.
+  void* pinned_staging(size_t b, int64_t bytes);
 
   mutable std::mutex mutex_;
   std::shared_ptr<const EngineCore> engine_;
@@ -76,6 +80,12 @@ class EngineHandle {
   Event inflight_event_;
   bool inflight_pending_ = false;
   std::vector<DeviceBuffer> staging_;  // per binding (inputs then outputs), sized for the largest profile
+  struct Pinned {
+    DeviceBuffer buffer{nullptr, [](void*) {}};
+    int64_t bytes = 0;
+  };
+  std::vector<Pinned> pinned_;  // per binding, allocated at its first host-memory use
+  bool pinned_unavailable_ = false;
 };
 
 }  // namespace gearbox::internal

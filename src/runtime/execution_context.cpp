@@ -52,8 +52,9 @@ Status ExecutionContext::set_optimization_profile_async(int32_t profile, StreamI
     }));
   }
   profile_ = profile;
+  // The shapes must be set again (as TensorRT asks); the inferred dims stay valid for the
+  // same input shapes, since they do not depend on the profile.
   std::fill(input_set_.begin(), input_set_.end(), false);
-  dims_valid_ = false;
   return {};
 }
 
@@ -62,17 +63,19 @@ Status ExecutionContext::set_input_shape(size_t input, const Dims& dims) {
   if (input >= net.inputs.size()) return not_found("input " + std::to_string(input) + " does not exist");
   GEARBOX_RETURN_IF_ERROR(ir::check_input_dims(net, input, dims));
   GEARBOX_RETURN_IF_ERROR(engine_->check_bounds(profile_, input, dims));
+  // Shape inference walks every node (tens of microseconds for a 1B network): a decode
+  // step, whose shapes repeat, keeps the previous result.
+  if (!(input_dims_[input] == dims)) dims_valid_ = false;
   input_dims_[input] = dims;
   input_set_[input] = true;
-  dims_valid_ = false;
   return {};
 }
 
 Status ExecutionContext::infer() {
-  if (dims_valid_) return {};
   for (size_t i = 0; i < input_set_.size(); ++i) {
     if (!input_set_[i]) return failed_precondition("the shape of input " + std::to_string(i) + " is not set");
   }
+  if (dims_valid_) return {};
   GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(engine_->network(), input_dims_, dims_));
   dims_valid_ = true;
   return {};

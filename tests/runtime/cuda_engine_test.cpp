@@ -4,6 +4,7 @@
 // skipped without a CUDA device.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -199,6 +200,49 @@ TEST(CudaEngine, DeviceOutputsReturnWithoutWaiting) {
   ASSERT_TRUE((*dev)->enqueue_copy(got.data(), out_memory->data(), 97 * 4, *stream->impl()).ok());
   ASSERT_TRUE(stream->synchronize().ok());
   EXPECT_EQ(std::memcmp(got.data(), host.data<float>(), 97 * 4), 0);
+}
+
+// Host inputs and outputs go through page-locked staging that grows with the call: the
+// caller's input buffers may be reused as soon as a run returns, even while its work is in
+// flight, and calls of growing and shrinking lengths get the CPU's logits.
+TEST(CudaEngine, HostInputsMayBeReusedOnceARunReturns) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  TestEngine cuda = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+  TestEngine cpu = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+  Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  for (const std::vector<int64_t>& ids :
+       {std::vector<int64_t>{5, 9}, std::vector<int64_t>{2, 17, 40, 5, 66, 81, 9, 13, 50}, std::vector<int64_t>{8}}) {
+    const TokenInputs in(ids, 0);
+    EXPECT_LT(relative_error(run(*gpu, in, ProfileRequest::named("prefill")),
+                             run(*ref, in, ProfileRequest::named("prefill"))),
+              1e-4)
+        << ids.size() << " tokens";
+  }
+  // Device logits: the run returns with its work in flight; then the inputs are overwritten.
+  Result<Session> async = Session::create(cuda.engine);
+  ASSERT_TRUE(async.ok());
+  Result<DeviceMemory> out_memory = cuda.engine.allocate(97 * 4);
+  ASSERT_TRUE(out_memory.ok());
+  TensorView out{out_memory->data(), DataType::kF32, Dims(), MemoryKind::kDevice, out_memory->bytes()};
+  TokenInputs in({2, 17, 40, 5, 66, 81}, 0);
+  {
+    auto pin = OptimizationProfileGuard::named("prefill");
+    ASSERT_TRUE(async->run(in.span(), std::span(&out, 1)).ok());
+  }
+  std::fill(in.tokens.begin(), in.tokens.end(), 96);
+  std::fill(in.positions.begin(), in.positions.end(), 31);
+  ASSERT_TRUE(async->synchronize().ok());
+  std::vector<float> got(97);
+  Result<Stream> stream = Stream::create(DeviceKind::kCuda);
+  Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(stream.ok() && dev.ok());
+  ASSERT_TRUE((*dev)->enqueue_copy(got.data(), out_memory->data(), 97 * 4, *stream->impl()).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  Result<Session> fresh = Session::create(cpu.engine);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_LT(relative_error(got, run(*fresh, TokenInputs({2, 17, 40, 5, 66, 81}, 0), ProfileRequest::named("prefill"))),
+            1e-4);
 }
 
 TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {

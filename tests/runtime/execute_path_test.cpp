@@ -61,6 +61,31 @@ TEST_F(ExecutePath, SwitchesOnlyWhenTheProfileChanges) {
   EXPECT_EQ(s.active_profile(), 0);
 }
 
+// The context keeps its inferred dims while the input shapes repeat (a decode step), also
+// across a switch, and infers again when one changes: the logits of every position follow.
+TEST_F(ExecutePath, OutputShapesFollowTheInputsAcrossRepeatsAndSwitches) {
+  models::Gemma3Config c = tiny_config();
+  c.all_logits = true;
+  TestEngine all = make_engine(c, decode_prefill_profiles(32));
+  Result<Session> s = Session::create(all.engine);
+  ASSERT_TRUE(s.ok());
+  const int64_t vocab = c.vocab;
+  struct Call {
+    int64_t tokens;
+    int32_t profile;
+  };
+  int64_t pos = 0;
+  for (const Call& call : {Call{3, 1}, Call{3, 1}, Call{1, 0}, Call{1, 0}, Call{1, 1}, Call{5, 1}, Call{1, 0}}) {
+    Tensor logits;
+    std::vector<int64_t> ids(static_cast<size_t>(call.tokens), 7);
+    OptimizationProfileGuard pin(call.profile);
+    ASSERT_TRUE(run(*s, TokenInputs(ids, pos), logits).ok());
+    EXPECT_EQ(logits.dims, (Dims{1, call.tokens, vocab})) << call.tokens << " tokens at " << pos;
+    EXPECT_EQ(s->active_profile(), call.profile);
+    pos += call.tokens;
+  }
+}
+
 TEST_F(ExecutePath, AFailureAfterTheSwitchLeavesTheSwitchTrackedForTheNextCallAndTeardown) {
   std::atomic<bool> switch_done{false};
   {

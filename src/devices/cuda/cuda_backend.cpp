@@ -979,6 +979,11 @@ void cuda_free(void* p) {
   (void)cudaFree(p);
 }
 
+void cuda_free_host(void* p) {
+  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+  (void)cudaFreeHost(p);
+}
+
 // The spin ahead of a timed node (time_node): longer than the host takes to enqueue a
 // node's launches, cuBLASLt's included.
 constexpr int64_t kTimingSpinMicros = 200;
@@ -1128,6 +1133,18 @@ class CudaBackend final : public DeviceBackend {
     }
     GEARBOX_CUDA(err);
     return DeviceBuffer(p, &cuda_free);
+  }
+
+  Result<DeviceBuffer> allocate_pinned(int64_t bytes) const override {
+    void* p = nullptr;
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+    const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
+    if (err == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      return resource_exhausted("not enough page-locked host memory for " + std::to_string(bytes) + " bytes");
+    }
+    GEARBOX_CUDA(err);
+    return DeviceBuffer(p, &cuda_free_host);
   }
 
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
