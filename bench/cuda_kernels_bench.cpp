@@ -299,8 +299,9 @@ void bench_attention_prefill(cudaStream_t stream) {
     DeviceMemory pos(positions.size() * sizeof(int32_t));
     CHECK(cudaMemcpy(pos.ptr, positions.data(), positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
     DeviceMemory scratch(
-        static_cast<size_t>(std::max<int64_t>(1, std::max(cuda::attention_prefill_scratch_floats(T, heads, hd),
-                                                          cuda::attention_prefill_mma_scratch_floats(T, heads, hd)))) *
+        static_cast<size_t>(std::max<int64_t>(
+            1, std::max(cuda::attention_prefill_scratch_floats(T, heads, hd),
+                        cuda::attention_prefill_mma_scratch_floats(T, heads, kv_heads, hd, max_ctx)))) *
         4);
     const auto tokens = static_cast<double>(T);
     const double flop = 2.0 * 2.0 * static_cast<double>(heads * hd) * (tokens * (tokens + 1) / 2);

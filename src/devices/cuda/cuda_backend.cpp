@@ -35,8 +35,9 @@ using ir::OpKind;
 // against older kernels are tuned again at load (COMPATIBILITY.md). 2: programmatic
 // dependent launch, the gated GEMV, the split prefill attention. 3: the tensor-core prefill
 // attention, and tactics ranked by device time (time_node). 4: the split prefill
-// attentions' row-wise combine (both prefill tactics' times change).
-constexpr int kKernelsVersion = 4;
+// attentions' row-wise combine (both prefill tactics' times change). 5: the tensor-core
+// prefill attention copies bf16 tiles asynchronously (its time changes).
+constexpr int kKernelsVersion = 5;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
@@ -1097,7 +1098,9 @@ class CudaBackend final : public DeviceBackend {
         return cuda::attention_decode_partials_floats(t, node.attrs.heads, node.attrs.head_dim, kMaxSplits) * 4;
       }
       if (tactic == kAttentionMma) {
-        return cuda::attention_prefill_mma_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
+        return cuda::attention_prefill_mma_scratch_floats(t, node.attrs.heads, node.attrs.kv_heads, node.attrs.head_dim,
+                                                          net.max_context) *
+               4;
       }
       return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
     }

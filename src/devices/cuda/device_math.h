@@ -18,6 +18,28 @@ __device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
 __device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }
 __device__ __forceinline__ void convert_one(float x, __half* y) { *y = __float2half_rn(x); }
 
+/// The address PTX's shared-memory instructions take for p, a generic pointer into shared
+/// memory.
+__device__ __forceinline__ uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// 16 bytes of global memory at src into shared memory at dst, asynchronously (sm_80+:
+/// complete after cp_async_wait_*). fill = false reads nothing and writes 16 zero bytes.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fill = true) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(dst)), "l"(src), "r"(fill ? 16 : 0)
+               : "memory");
+}
+/// Closes the group of this thread's cp_async_16 issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/// Waits for every cp_async_16 this thread issued.
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+
 /// The sum over the 32 lanes of a warp; every lane gets it.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

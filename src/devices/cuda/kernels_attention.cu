@@ -813,10 +813,6 @@ size_t mma_smem_bytes(int kD) {
          kMmaKeys;
 }
 
-__device__ __forceinline__ uint32_t shared_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 /// Four 8x8 bf16 matrices from shared memory; lane l gives the address of row l % 8 of matrix
 /// l / 8. kTrans: each matrix transposed on the way.
 template <bool kTrans>
@@ -899,14 +895,92 @@ __device__ __forceinline__ void stage_rows(__nv_bfloat16* const (&dst)[kMatrices
   }
 }
 
+/// dst[c][0, kD) = src row c (bf16, D % 8 == 0) for the 64 rows with keep(c), zeros elsewhere
+/// (rows not kept, columns from D), by cp.async: the copies run while the block computes, and
+/// are complete for this thread after cp_async_wait_*, for the block after a barrier.
+template <int kD, typename Keep>
+__device__ __forceinline__ void stage_rows_async(__nv_bfloat16* dst, const __nv_bfloat16* src, int64_t src_stride,
+                                                 int D, Keep keep) {
+  constexpr int S = mma_stride(kD);
+  constexpr int kChunks = kD / 8;  // 16 bytes each
+  for (int e = static_cast<int>(threadIdx.x); e < kMmaKeys * kChunks; e += kMmaThreads) {
+    const int c = e / kChunks;
+    const int d = 8 * (e % kChunks);
+    const bool in = d < D && keep(c);
+    cp_async_16(dst + c * S + d, in ? src + c * src_stride + d : src, in);
+  }
+}
+
+constexpr int kToBf16Threads = 256;
+constexpr int kToBf16Blocks = 2 * 132;
+
+/// Rows [lo, hi) of both caches as bf16 (k16, v16: [max_ctx, width]), where lo and hi bound
+/// the keys the call's queries see (read from the positions on the device): the tensor-core
+/// prefill then copies its tiles with cp.async instead of converting them on the way.
+/// width % 8 == 0, caches 16-byte aligned. grid: kToBf16Blocks blocks of 256 threads, each
+/// finding lo and hi itself (T positions from L2) and converting a strided share of 8-element
+/// chunks.
+__global__ void __launch_bounds__(kToBf16Threads)
+    kv_rows_to_bf16_kernel(const float* k_cache, const float* v_cache, const void* positions, bool pos_i64, int64_t T,
+                           int64_t window, int64_t max_ctx, int64_t width, __nv_bfloat16* k16, __nv_bfloat16* v16) {
+  __shared__ int64_t lo_s[kToBf16Threads / 32];
+  __shared__ int64_t hi_s[kToBf16Threads / 32];
+  allow_next_kernel();
+  // Positions are an input of the network, never written by its kernels: read before waiting.
+  int64_t lo = INT64_MAX;
+  int64_t hi = 0;
+  for (int64_t t = threadIdx.x; t < T; t += kToBf16Threads) {
+    const int64_t p = index_at(positions, pos_i64, t);
+    if (!position_valid(p, max_ctx)) continue;
+    lo = min(lo, window_start(p, window));
+    hi = max(hi, p + 1);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    lo = min(lo, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(lo), offset)));
+    hi = max(hi, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(hi), offset)));
+  }
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  if (threadIdx.x % 32 == 0) {
+    lo_s[warp] = lo;
+    hi_s[warp] = hi;
+  }
+  __syncthreads();
+  for (int w = 0; w < kToBf16Threads / 32; ++w) {
+    lo = min(lo, lo_s[w]);
+    hi = max(hi, hi_s[w]);
+  }
+  wait_for_prior_kernels();  // the cache rows of this call were just written
+  if (hi <= lo) return;
+  const int64_t chunks = (hi - lo) * width / 8;
+  const int64_t first = lo * width;
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kToBf16Threads + threadIdx.x; e < chunks;
+       e += static_cast<int64_t>(gridDim.x) * kToBf16Threads) {
+    const int64_t at = first + 8 * e;
+    const float4 k0 = __ldg(reinterpret_cast<const float4*>(k_cache + at));
+    const float4 k1 = __ldg(reinterpret_cast<const float4*>(k_cache + at) + 1);
+    const float4 v0 = __ldg(reinterpret_cast<const float4*>(v_cache + at));
+    const float4 v1 = __ldg(reinterpret_cast<const float4*>(v_cache + at) + 1);
+    *reinterpret_cast<uint4*>(k16 + at) =
+        make_uint4(pack_bf16(k0.x, k0.y), pack_bf16(k0.z, k0.w), pack_bf16(k1.x, k1.y), pack_bf16(k1.z, k1.w));
+    *reinterpret_cast<uint4*>(v16 + at) =
+        make_uint4(pack_bf16(v0.x, v0.y), pack_bf16(v0.z, v0.w), pack_bf16(v1.x, v1.y), pack_bf16(v1.z, v1.w));
+  }
+}
+
 /// One block: query rows t0 .. t0 + 63 of head h against the keys any of them sees (this
 /// split's run of tiles when splits > 1, written as decode's partials like the tiled kernel).
 /// Warp w owns rows 16w .. 16w + 15; a lane holds rows g = lane / 4 and g + 8 of its warp's
 /// 16, and in each 8-wide column tile the columns 2 (lane % 4) and 2 (lane % 4) + 1 (the mma
 /// accumulator layout). grid: (ceil(T / 64), heads, splits) blocks of 128 threads.
-template <int kD, bool kVec4>
+/// kAsync: K and V tiles come from the bf16 rows kv_rows_to_bf16_kernel wrote (k16, v16) by
+/// cp.async, V(j) copied while the warps compute Q K(j)^T and K(j + 1) while they compute
+/// P V(j) (flash-attention 2's schedule, one buffer each); else they are converted from the
+/// f32 caches by every thread between two barriers.
+template <int kD, bool kVec4, bool kAsync>
 __global__ void __launch_bounds__(kMmaThreads, 2)
-    attention_prefill_mma_kernel(const AttentionArgs a, float* partials, int splits) {
+    attention_prefill_mma_kernel(const AttentionArgs a, float* partials, int splits, const __nv_bfloat16* k16,
+                                 const __nv_bfloat16* v16) {
   constexpr int S = mma_stride(kD);
   constexpr int kDTiles = kD / 8;
   constexpr int kKeyTiles = kMmaKeys / 8;
@@ -976,20 +1050,48 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 
   const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
   const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
-  for (int64_t j0 = keys_begin; j0 < keys_end; j0 += kMmaKeys) {
-    __syncthreads();  // the previous tile is no longer read
-    if (!dense && tid < kMmaKeys) {
-      const int64_t j = j0 + tid;
+  const __nv_bfloat16* k16_head = k16 + static_cast<int64_t>(kvh) * D;
+  const __nv_bfloat16* v16_head = v16 + static_cast<int64_t>(kvh) * D;
+  // kAsync: a K row only needs to exist (a masked score is dropped whatever it holds); a V row
+  // no query of the block sees must be zero (0 * NaN would reach the output).
+  const auto k_in = [&](int64_t j0) { return [=](int c) { return j0 + c < keys_end; }; };
+  const auto v_in = [&](int64_t j0) {
+    return [=](int c) {
+      const int64_t j = j0 + c;
+      if (j >= keys_end) return false;
+      if (dense) return true;
       bool seen = false;
       for (int r = 0; r < kMmaRows; ++r) seen = seen || (lo_s[r] <= j && j < hi_s[r]);
-      seen_s[tid] = seen;
+      return seen;
+    };
+  };
+  if constexpr (kAsync) {
+    if (keys_begin < keys_end) {
+      stage_rows_async<kD>(k_s, k16_head + keys_begin * kv_width, kv_width, D, k_in(keys_begin));
+      cp_async_commit();
     }
-    if (!dense) __syncthreads();
-    const auto keep = [&](int c) { return j0 + c < keys_end && (dense || seen_s[c]); };
-    __nv_bfloat16* const dst[2] = {k_s, v_s};
-    const float* const src[2] = {k_head + j0 * kv_width, v_head + j0 * kv_width};
-    stage_rows<kD, kVec4>(dst, src, kv_width, D, keep);
-    __syncthreads();
+  }
+  for (int64_t j0 = keys_begin; j0 < keys_end; j0 += kMmaKeys) {
+    if constexpr (kAsync) {
+      cp_async_wait_all();
+      __syncthreads();  // K(j0) is in; no warp still reads V(j0 - 64)
+      stage_rows_async<kD>(v_s, v16_head + j0 * kv_width, kv_width, D, v_in(j0));
+      cp_async_commit();
+    } else {
+      __syncthreads();  // the previous tile is no longer read
+      if (!dense && tid < kMmaKeys) {
+        const int64_t j = j0 + tid;
+        bool seen = false;
+        for (int r = 0; r < kMmaRows; ++r) seen = seen || (lo_s[r] <= j && j < hi_s[r]);
+        seen_s[tid] = seen;
+      }
+      if (!dense) __syncthreads();
+      const auto keep = [&](int c) { return j0 + c < keys_end && (dense || seen_s[c]); };
+      __nv_bfloat16* const dst[2] = {k_s, v_s};
+      const float* const src[2] = {k_head + j0 * kv_width, v_head + j0 * kv_width};
+      stage_rows<kD, kVec4>(dst, src, kv_width, D, keep);
+      __syncthreads();
+    }
 
     // s = q k^T for the warp's 16 rows and the tile's 64 keys.
     float s[kKeyTiles][4];
@@ -1053,6 +1155,18 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       o[n][3] *= alpha[1];
     }
 
+    if constexpr (kAsync) {
+      __syncthreads();  // no warp still reads K(j0)
+      if (j0 + kMmaKeys < keys_end) {
+        stage_rows_async<kD>(k_s, k16_head + (j0 + kMmaKeys) * kv_width, kv_width, D, k_in(j0 + kMmaKeys));
+        cp_async_commit();
+        cp_async_wait_group<1>();  // V(j0) is in; K(j0 + 64) may still be on its way
+      } else {
+        cp_async_wait_all();
+      }
+      __syncthreads();
+    }
+
     // o += p v: the weights of keys 16kk .. 16kk + 15 are the A operand as they lie.
 #pragma unroll
     for (int kk = 0; kk < kMmaKeys / 16; ++kk) {
@@ -1100,8 +1214,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 }
 
 template <int kD>
-cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, cudaStream_t stream) {
-  const auto kernel = vec4 ? attention_prefill_mma_kernel<kD, true> : attention_prefill_mma_kernel<kD, false>;
+cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, const __nv_bfloat16* kv16,
+                               cudaStream_t stream) {
+  const auto kernel = kv16 != nullptr ? attention_prefill_mma_kernel<kD, true, true>
+                      : vec4          ? attention_prefill_mma_kernel<kD, true, false>
+                                      : attention_prefill_mma_kernel<kD, false, false>;
   const size_t smem = mma_smem_bytes(kD);
   // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
   const cudaError_t attr =
@@ -1109,7 +1226,10 @@ cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((a.T + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(splits));
-  kernel<<<grid, kMmaThreads, smem, stream>>>(a, scratch, splits);  // a plain launch, as the tiled kernel's
+  const int64_t rows = a.max_ctx * a.kv_heads * a.head_dim;
+  kernel<<<grid, kMmaThreads, smem, stream>>>(
+      a, scratch, splits, kv16,
+      kv16 != nullptr ? kv16 + rows : nullptr);  // a plain launch, as the tiled kernel's
   return cudaSuccess;
 }
 
@@ -1288,8 +1408,22 @@ int attention_prefill_mma_splits(int64_t T, int64_t heads) {
   return prefill_splits(T, heads, kMmaRows, kMmaTargetBlocks, kMmaMaxSplits);
 }
 
-int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
-  return prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits);
+namespace {
+
+/// Floats of scratch the bf16 rows of both caches take (none where the tiles cannot be
+/// copied as 16-byte chunks), rounded up to 16 bytes: the partials follow them.
+int64_t mma_kv_floats(int64_t kv_heads, int64_t head_dim, int64_t max_ctx) {
+  if (head_dim % 8 != 0 || kv_heads <= 0 || max_ctx <= 0) return 0;
+  return (max_ctx * kv_heads * head_dim + 3) / 4 * 4;  // 2 caches x 2 bytes = 1 float per element
+}
+
+}  // namespace
+
+int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                             int64_t max_ctx) {
+  if (T <= 0) return 0;
+  return mma_kv_floats(kv_heads, head_dim, max_ctx) +
+         prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits);
 }
 
 cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const float* v_cache, const void* positions,
@@ -1304,17 +1438,29 @@ cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const fl
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   const bool vec4 = head_dim % 4 == 0 && aligned16(q) && aligned16(k_cache) && aligned16(v_cache);
   const int splits = attention_prefill_mma_splits(T, heads);
-  if (splits > 1 && scratch == nullptr) return cudaErrorInvalidValue;
+  const int64_t kv_floats = mma_kv_floats(kv_heads, head_dim, max_ctx);
+  if (scratch == nullptr && (splits > 1 || kv_floats > 0)) return cudaErrorInvalidValue;
+  // The rows the queries see as bf16 first (16-byte chunks: head_dim % 8 == 0), then the
+  // attention copies its tiles from there.
+  __nv_bfloat16* kv16 = nullptr;
+  if (kv_floats > 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(scratch)) {
+    kv16 = reinterpret_cast<__nv_bfloat16*>(scratch);
+    const int64_t width = kv_heads * head_dim;
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (max_ctx * width / 8 + 255) / 256));
+    launch_kernel(kv_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_cache, v_cache, positions, pos_i64, T,
+                  window, max_ctx, width, kv16, kv16 + max_ctx * width);
+  }
+  float* partials = scratch != nullptr ? scratch + kv_floats : nullptr;
   cudaError_t err;
   if (head_dim <= 64) {
-    err = launch_prefill_mma<64>(a, vec4, scratch, splits, stream);
+    err = launch_prefill_mma<64>(a, vec4, partials, splits, kv16, stream);
   } else if (head_dim <= 128) {
-    err = launch_prefill_mma<128>(a, vec4, scratch, splits, stream);
+    err = launch_prefill_mma<128>(a, vec4, partials, splits, kv16, stream);
   } else {
-    err = launch_prefill_mma<256>(a, vec4, scratch, splits, stream);
+    err = launch_prefill_mma<256>(a, vec4, partials, splits, kv16, stream);
   }
   if (err != cudaSuccess) return err;
-  if (splits > 1) launch_combine_rows(a, scratch, splits, vec4, stream);
+  if (splits > 1) launch_combine_rows(a, partials, splits, vec4, stream);
   return cudaGetLastError();
 }
 

@@ -933,7 +933,7 @@ struct AttentionCase {
 };
 constexpr AttentionCase kAttentionCases[] = {{4, 1, 8, 0},    {4, 1, 80, 3},  {4, 1, 256, 512}, {4, 2, 8, 3},
                                              {4, 2, 80, 512}, {4, 2, 256, 0}, {8, 8, 8, 512},   {8, 8, 80, 0},
-                                             {8, 8, 256, 3},  {4, 1, 256, 0}};
+                                             {8, 8, 256, 3},  {4, 1, 256, 0}, {4, 2, 12, 5}};
 constexpr int64_t kMaxCtx = 1024;
 
 /// Caches [kMaxCtx, kv_heads * hd] with random rows where some query can look and NaN in
@@ -963,7 +963,7 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
   if (kernel == AttentionKernel::kDecode) {
     scratch = cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits);
   } else if (kernel == AttentionKernel::kPrefillMma) {
-    scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.head_dim);
+    scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
   }
   Floats partials = Floats::poisoned(std::max<int64_t>(1, scratch));
   cudaError_t err;
@@ -1218,11 +1218,45 @@ TEST_F(CudaKernels, AttentionPrefillMmaSplitOrNotMatchesCpu) {
   EXPECT_EQ(cuda::attention_prefill_mma_splits(40, 32), 4);
   EXPECT_EQ(cuda::attention_prefill_mma_splits(300, 32), 2);
   EXPECT_EQ(cuda::attention_prefill_mma_splits(600, 32), 1);
-  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 64),
-            cuda::attention_decode_partials_floats(512, 32, 64, 2))
-      << "512 tokens split 2 ways: the largest tokens x splits up to 600";
+  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 64, kMaxCtx),
+            kMaxCtx * 8 * 64 + cuda::attention_decode_partials_floats(512, 32, 64, 2))
+      << "bf16 rows of both caches, then 512 tokens split 2 ways: the largest tokens x splits up to 600";
+  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 12, kMaxCtx),
+            cuda::attention_decode_partials_floats(512, 32, 12, 2))
+      << "head_dim 12: no 16-byte rows, converted while staging";
   for (const AttentionCase& c : {AttentionCase{32, 8, 64, 0}, AttentionCase{32, 8, 64, 100}}) {
     for (int64_t T : {40, 300, 600}) expect_prefill_mma_matches_cpu(c, iota(5, T), true, 89, stream_);
+  }
+}
+
+// Where head_dim % 8 == 0 and the scratch is 16-byte aligned, the tensor-core prefill copies
+// its tiles from bf16 rows a first kernel converted (cp.async); otherwise it converts them
+// while staging. Both round the same values the same way and sum in the same order, so their
+// outputs are identical: a scratch one float off its alignment takes the second path.
+TEST_F(CudaKernels, AttentionPrefillMmaCopiesOrConvertsItsTilesToTheSameBits) {
+  for (const AttentionCase& c : kAttentionCases) {
+    if (c.head_dim % 8 != 0) continue;
+    for (const std::vector<int64_t>& pos : {iota(0, 7), iota(0, 129), iota(700, 65), iota(3, 300)}) {
+      const auto T = static_cast<int64_t>(pos.size());
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 95);
+      Floats kc(make_cache(c, pos, 96)), vc(make_cache(c, pos, 97));
+      Indices d_pos(true, pos);
+      Floats d_q(q);
+      const int64_t scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
+      std::vector<float> outs[2];
+      for (int shift = 0; shift < 2; ++shift) {
+        Floats out = Floats::poisoned(T * c.heads * c.head_dim);
+        Floats partials = Floats::poisoned(scratch + 1);
+        CUDA_CHECK(cuda::attention_prefill_mma(
+            d_q.get(), kc.get(), vc.get(), d_pos.get(), true, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx,
+            c.window, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get() + shift, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        ASSERT_TRUE(out.guard_intact() && partials.guard_intact());
+        outs[shift] = out.download();
+      }
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0)
+          << attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads));
+    }
   }
 }
 
