@@ -11,11 +11,13 @@
 // and net of that floor, which is closer to what a launch costs inside a decode graph.
 //
 //   cuda_kernels_bench            # all groups
-//   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | decode_layers
+//   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | decode_layers |
+//                                 #            graph_launch
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -499,6 +501,50 @@ void bench_decode_layers(cudaStream_t stream) {
   }
 }
 
+// ---- graph launch -------------------------------------------------------------------------------
+
+/// What a decode step's graph costs the host to launch, by its number of kernel nodes
+/// (1-element adds launched as every kernel is, programmatic dependent launch included):
+/// the cudaGraphLaunch call alone, and the launch until the stream is drained, with and
+/// without cudaGraphUpload after instantiation.
+void bench_graph_launch(cudaStream_t stream) {
+  std::printf("\n== graph launch: host time of cudaGraphLaunch and of launch + drain, by kernel nodes ==\n");
+  DeviceMemory a(16), b(16);
+  CHECK(cudaMemset(a.ptr, 0, 16));
+  CHECK(cudaMemset(b.ptr, 0, 16));
+  using Clock = std::chrono::steady_clock;
+  const auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  for (int nodes : {28, 220, 420}) {
+    for (int upload = 0; upload < 2; ++upload) {
+      cudaGraph_t graph = nullptr;
+      CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      for (int i = 0; i < nodes; ++i) CHECK(cuda::add(a.as<float>(), b.as<float>(), a.as<float>(), 1, stream));
+      CHECK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec = nullptr;
+      CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      if (upload == 1) CHECK(cudaGraphUpload(exec, stream));
+      for (int w = 0; w < 5; ++w) CHECK(cudaGraphLaunch(exec, stream));
+      CHECK(cudaStreamSynchronize(stream));
+      std::vector<double> call, total;
+      for (int r = 0; r < 200; ++r) {
+        const auto t0 = Clock::now();
+        CHECK(cudaGraphLaunch(exec, stream));
+        const auto t1 = Clock::now();
+        CHECK(cudaStreamSynchronize(stream));
+        const auto t2 = Clock::now();
+        call.push_back(us(t1 - t0));
+        total.push_back(us(t2 - t0));
+      }
+      std::sort(call.begin(), call.end());
+      std::sort(total.begin(), total.end());
+      std::printf("%4d nodes%s  cudaGraphLaunch %7.2f us (p90 %7.2f)  launch + drain %8.2f us (p90 %8.2f)\n", nodes,
+                  upload == 1 ? ", uploaded" : "          ", call[100], call[180], total[100], total[180]);
+      CHECK(cudaGraphExecDestroy(exec));
+      CHECK(cudaGraphDestroy(graph));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -520,6 +566,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "prefill") bench_attention_prefill(stream);
   if (only.empty() || only == "gemm") bench_gemm(stream);
   if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
+  if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }
