@@ -243,6 +243,23 @@ TEST(CudaEngine, HostInputsMayBeReusedOnceARunReturns) {
   ASSERT_TRUE(fresh.ok());
   EXPECT_LT(relative_error(got, run(*fresh, TokenInputs({2, 17, 40, 5, 66, 81}, 0), ProfileRequest::named("prefill"))),
             1e-4);
+  // Token ids in host memory, positions already on the device: each host input copied alone.
+  Result<Session> mixed = Session::create(cuda.engine);
+  ASSERT_TRUE(mixed.ok());
+  const TokenInputs host_in({2, 17, 40, 5, 66, 81}, 0);
+  Result<DeviceMemory> positions = cuda.engine.allocate(6 * 8);
+  ASSERT_TRUE(positions.ok());
+  ASSERT_TRUE((*dev)->enqueue_copy(positions->data(), host_in.positions.data(), 6 * 8, *stream->impl()).ok());
+  ASSERT_TRUE(stream->synchronize().ok());
+  TensorView mixed_in[2] = {host_in.views[0], host_in.views[1]};
+  mixed_in[1].data = positions->data();
+  mixed_in[1].memory = MemoryKind::kDevice;
+  Tensor logits;
+  {
+    auto pin = OptimizationProfileGuard::named("prefill");
+    ASSERT_TRUE(mixed->run(mixed_in, std::span(&logits, 1)).ok());
+  }
+  EXPECT_LT(relative_error({logits.data<float>(), logits.data<float>() + logits.dims.volume()}, got), 1e-6);
 }
 
 TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
