@@ -38,45 +38,14 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   Result<std::shared_ptr<StreamImpl>> stream = h->engine_->device().create_stream();
   if (!stream.ok()) return stream.status();
   h->own_stream_ = std::move(*stream);
-  // The inputs' staging is one block, so that host inputs arrive in one copy.
-  const size_t n_in = h->engine_->inputs().size();
-  const size_t bindings = n_in + h->engine_->outputs().size();
-  int64_t in_bytes = 0;
-  for (size_t i = 0; i < n_in; ++i) {
-    h->input_offsets_.push_back(in_bytes);
-    in_bytes += (std::max<int64_t>(h->engine_->binding_max_bytes(i), 1) + 255) / 256 * 256;
-  }
-  h->input_bytes_ = in_bytes;
-  Result<DeviceBuffer> block = h->engine_->device().allocate(in_bytes);
-  if (!block.ok()) return block.status();
-  h->input_block_ = std::move(*block);
-  for (size_t i = 0; i < n_in; ++i) {
-    h->staging_.emplace_back(static_cast<std::byte*>(h->input_block_.get()) + h->input_offsets_[i], [](void*) {});
-  }
-  for (size_t b = n_in; b < bindings; ++b) {
+  const size_t bindings = h->engine_->inputs().size() + h->engine_->outputs().size();
+  for (size_t b = 0; b < bindings; ++b) {
     Result<DeviceBuffer> buf = h->engine_->device().allocate(h->engine_->binding_max_bytes(b));
     if (!buf.ok()) return buf.status();
     h->staging_.push_back(std::move(*buf));
   }
   h->pinned_.resize(bindings);
   return h;
-}
-
-void* EngineHandle::pinned_inputs() {
-  if (pinned_unavailable_) return nullptr;
-  if (pinned_input_block_ != nullptr) return pinned_input_block_.get();
-  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(input_bytes_);
-  if (!buf.ok()) {
-    GEARBOX_LOG(kWarning, "no page-locked staging for the inputs (%s): copying the caller's memory directly",
-                buf.status().to_string().c_str());
-    return nullptr;
-  }
-  if (*buf == nullptr) {
-    pinned_unavailable_ = true;
-    return nullptr;
-  }
-  pinned_input_block_ = std::move(*buf);
-  return pinned_input_block_.get();
 }
 
 void* EngineHandle::pinned_staging(size_t b, int64_t bytes) {
@@ -290,27 +259,17 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     inflight_pending_ = false;
     return s;
   };
-  // All inputs in host memory (token ids and positions): gathered into page-locked memory
-  // laid out as the device block, then one copy. Otherwise each host input on its own.
-  const bool all_host =
-      std::all_of(inputs.begin(), inputs.end(), [](const TensorView& v) { return v.memory == MemoryKind::kHost; });
-  if (void* pinned = all_host && n_in > 0 ? pinned_inputs() : nullptr; pinned != nullptr) {
-    int64_t end = 0;
-    for (size_t i = 0; i < n_in; ++i) {
-      const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
-      std::memcpy(static_cast<std::byte*>(pinned) + input_offsets_[i], inputs[i].data, static_cast<size_t>(bytes));
-      end = input_offsets_[i] + bytes;
+  for (size_t i = 0; i < n_in; ++i) {
+    if (inputs[i].memory != MemoryKind::kHost) continue;
+    const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
+    Status copied;
+    if (void* pinned = pinned_staging(i, bytes); pinned != nullptr) {
+      std::memcpy(pinned, inputs[i].data, static_cast<size_t>(bytes));
+      copied = engine_->device().enqueue_copy(staging_[i].get(), pinned, bytes, stream);
+    } else {
+      copied = engine_->device().copy_from_host(staging_[i].get(), inputs[i].data, bytes, stream);
     }
-    if (Status copied = engine_->device().enqueue_copy(input_block_.get(), pinned, end, stream); !copied.ok()) {
-      return drain(copied);
-    }
-  } else {
-    for (size_t i = 0; i < n_in; ++i) {
-      if (inputs[i].memory != MemoryKind::kHost) continue;
-      const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
-      Status copied = engine_->device().copy_from_host(staging_[i].get(), inputs[i].data, bytes, stream);
-      if (!copied.ok()) return drain(copied);
-    }
+    if (!copied.ok()) return drain(copied);
   }
   if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call

@@ -66,13 +66,10 @@ class EngineHandle {
   Status input_fault();
   Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
-  /// Page-locked host memory of at least `bytes` for output binding `b` (grown on demand), or
-  /// null when the device has none to give (the CPU) or cannot give it now: the caller's
-  /// host memory is then copied directly.
+  /// Page-locked host memory of at least `bytes` for binding `b` (grown on demand), or null
+  /// when the device has none to give (the CPU) or cannot give it now: the caller's host
+  /// memory is then copied directly.
   void* pinned_staging(size_t b, int64_t bytes);
-  /// Page-locked host memory laid out as input_block_ (allocated on first use), or null as
-  /// pinned_staging.
-  void* pinned_inputs();
 
   mutable std::mutex mutex_;
   std::shared_ptr<const EngineCore> engine_;
@@ -82,16 +79,12 @@ class EngineHandle {
   ProfileTable table_;  // the engine's profiles with `active` tracking the context
   Event inflight_event_;
   bool inflight_pending_ = false;
-  std::vector<DeviceBuffer> staging_;                // per binding (inputs then outputs), sized for the largest profile
-  DeviceBuffer input_block_{nullptr, [](void*) {}};  // the inputs' staging_, one block
-  std::vector<int64_t> input_offsets_;               // of each input in it (256-byte aligned)
-  int64_t input_bytes_ = 0;
-  DeviceBuffer pinned_input_block_{nullptr, [](void*) {}};
+  std::vector<DeviceBuffer> staging_;  // per binding (inputs then outputs), sized for the largest profile
   struct Pinned {
     DeviceBuffer buffer{nullptr, [](void*) {}};
     int64_t bytes = 0;
   };
-  std::vector<Pinned> pinned_;  // per output binding, allocated at its first host-memory use
+  std::vector<Pinned> pinned_;  // per binding, allocated at its first host-memory use
   bool pinned_unavailable_ = false;
 };
 
