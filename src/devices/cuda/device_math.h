@@ -13,6 +13,16 @@ __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 
+/// Two 16-bit floats packed in a 32-bit word as they lie in memory (element 0 in the low
+/// half), as f32; exact.
+__device__ __forceinline__ float2 unpack2(uint32_t w, __nv_bfloat16) {
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+__device__ __forceinline__ float2 unpack2(uint32_t w, __half) {
+  return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(w & 0xffffu))),
+                     __half2float(__ushort_as_half(static_cast<unsigned short>(w >> 16))));
+}
+
 /// *y = x stored as the element type of y, rounded to nearest even (convert_f32_to's rounding).
 __device__ __forceinline__ void convert_one(float x, float* y) { *y = x; }
 __device__ __forceinline__ void convert_one(float x, __nv_bfloat16* y) { *y = __float2bfloat16_rn(x); }

@@ -320,21 +320,10 @@ __device__ __forceinline__ void for_each_tile(const Phase<W>& ph, int stage_byte
   }
 }
 
-/// Eight weights times eight floats of x.
-__device__ __forceinline__ float dot8(uint4 u, float4 a, float4 b, __nv_bfloat16) {
-  float s = __uint_as_float(u.x << 16) * a.x;
-  s = fmaf(__uint_as_float(u.x & 0xffff0000u), a.y, s);
-  s = fmaf(__uint_as_float(u.y << 16), a.z, s);
-  s = fmaf(__uint_as_float(u.y & 0xffff0000u), a.w, s);
-  s = fmaf(__uint_as_float(u.z << 16), b.x, s);
-  s = fmaf(__uint_as_float(u.z & 0xffff0000u), b.y, s);
-  s = fmaf(__uint_as_float(u.w << 16), b.z, s);
-  s = fmaf(__uint_as_float(u.w & 0xffff0000u), b.w, s);
-  return s;
-}
-__device__ __forceinline__ float dot8(uint4 u, float4 a, float4 b, __half) {
-  const __half2* h = reinterpret_cast<const __half2*>(&u);
-  const float2 p = __half22float2(h[0]), q = __half22float2(h[1]), r = __half22float2(h[2]), t = __half22float2(h[3]);
+/// Eight weights (W: bf16 or f16) times eight floats of x.
+template <typename W>
+__device__ __forceinline__ float dot8(uint4 u, float4 a, float4 b, W tag) {
+  const float2 p = unpack2(u.x, tag), q = unpack2(u.y, tag), r = unpack2(u.z, tag), t = unpack2(u.w, tag);
   float s = p.x * a.x;
   s = fmaf(p.y, a.y, s);
   s = fmaf(q.x, a.z, s);

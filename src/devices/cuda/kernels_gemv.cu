@@ -84,12 +84,10 @@ struct Chunk<W, true> {
     for (int i = 0; i < 4; ++i) {
       if constexpr (sizeof(W) == 4) {
         f[i] = __uint_as_float(words[i]);
-      } else if constexpr (std::is_same_v<W, __nv_bfloat16>) {  // element 2i in the low half
-        f[2 * i] = __uint_as_float(words[i] << 16);
-        f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
-      } else {
-        f[2 * i] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] & 0xffffu)));
-        f[2 * i + 1] = __half2float(__ushort_as_half(static_cast<unsigned short>(words[i] >> 16)));
+      } else {  // element 2i in the low half
+        const float2 pair = unpack2(words[i], W{});
+        f[2 * i] = pair.x;
+        f[2 * i + 1] = pair.y;
       }
     }
   }

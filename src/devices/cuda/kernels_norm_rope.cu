@@ -20,15 +20,11 @@ namespace {
 
 /// Four consecutive weights as floats; p must be aligned to 4 * sizeof(W).
 __device__ __forceinline__ float4 load4_f32(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ float4 load4_f32(const __nv_bfloat16* p) {
-  const uint2 u = *reinterpret_cast<const uint2*>(p);  // 4 bf16: element 0 in the low half of u.x
-  return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
-                     __uint_as_float(u.y & 0xffff0000u));
-}
-__device__ __forceinline__ float4 load4_f32(const __half* p) {
-  const __half2* h = reinterpret_cast<const __half2*>(p);
-  const float2 a = __half22float2(h[0]);
-  const float2 b = __half22float2(h[1]);
+template <typename W>
+__device__ __forceinline__ float4 load4_f32(const W* p) {  // W: bf16 or f16
+  const uint2 u = *reinterpret_cast<const uint2*>(p);
+  const float2 a = unpack2(u.x, W{});
+  const float2 b = unpack2(u.y, W{});
   return make_float4(a.x, a.y, b.x, b.y);
 }
 
