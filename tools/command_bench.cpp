@@ -1,6 +1,8 @@
 // gearbox bench: what each profile is worth. Decode ms/token on every profile that takes
-// one token, prefill latency at several lengths, the switch cost and its break-even, and
-// rounds of 1 prefill + N decodes with switching vs on the prefill profile only.
+// one token (logits copied to the host, and left in device memory), prefill latency at
+// several lengths, the switch cost (end to end, and the host time a switch adds to a call)
+// and its break-even, and rounds of 1 prefill + N decodes with switching vs on the prefill
+// profile only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
