@@ -149,6 +149,30 @@ int run_bench(std::span<const std::string_view> args) {
     }
   };
   const std::vector<int64_t> prompt = ids(context, r.vocab());
+  // Every call is checked, outside the timed regions: it ran the profile it pinned, and the
+  // logits that came back to the host are all finite. A bench that timed something else
+  // fails (exit 1) after writing what it measured.
+  int64_t checked_calls = 0;
+  std::string problem;  // the first check that failed
+  auto check = [&](int32_t want, const Tensor* host_logits) {
+    ++checked_calls;
+    if (!problem.empty()) return;
+    const int32_t ran = r.session().active_profile();
+    if (ran != want) {
+      problem = "a call pinned to profile " + r.profile_label(want) + " ran profile " + r.profile_label(ran);
+      return;
+    }
+    if (host_logits == nullptr) return;
+    const float* x = host_logits->data<float>();
+    const int64_t n = host_logits->dims.volume();
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) {
+        problem = "logit " + std::to_string(i) + " of a call on profile " + r.profile_label(want) + " is " +
+                  std::to_string(x[i]);
+        return;
+      }
+    }
+  };
 
   // Decode on every profile that accepts one token.
   double decode_on_prefill_ms = 0, best_decode_ms = 1e30;
@@ -162,10 +186,12 @@ int run_bench(std::span<const std::string_view> args) {
     if (b.min[1] > 1) continue;
     must(r.reset());
     must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+    check(prefill, &logits);
     std::vector<double> ms;
     for (int64_t i = 0; i < steps + 3; ++i) {
       double t = 0;
       must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(p), logits, &t));
+      check(p, &logits);
       if (i >= 3) ms.push_back(t);  // the first calls switch, and may capture a graph
     }
     const Stats s = stats(ms);
@@ -182,6 +208,7 @@ int run_bench(std::span<const std::string_view> args) {
       must(r.session().synchronize());
       if (i >= 3)
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      check(p, nullptr);
     }
     const Stats sd = stats(ms);
     std::printf("  the same, logits left in device memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sd.median, sd.p10,
@@ -206,6 +233,7 @@ int run_bench(std::span<const std::string_view> args) {
     for (int i = 0; i < 8; ++i) {
       double t = 0;
       must(r.call(ids(len, r.vocab()), 0, ProfileRequest::named("prefill"), logits, &t));
+      check(prefill, &logits);
       if (i >= 2) ms.push_back(t);
     }
     const Stats s = stats(ms);
@@ -223,10 +251,12 @@ int run_bench(std::span<const std::string_view> args) {
   if (decode >= 0) {
     must(r.reset());
     must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+    check(prefill, &logits);
     std::vector<double> ms;
     for (int64_t i = 0; i < steps; ++i) {
       double t = 0;
       must(r.call({7}, context + i, ProfileRequest::pinned(i % 2 == 0 ? decode : prefill), logits, &t));
+      check(i % 2 == 0 ? decode : prefill, &logits);
       ms.push_back(t);
     }
     // Half the steps run on each profile, so compare means (a median of two clusters would
@@ -248,6 +278,7 @@ int run_bench(std::span<const std::string_view> args) {
       double t = 0;
       must(r.call({7}, context, ProfileRequest::pinned(which == 0 ? decode : prefill), device_logits, &t));
       must(r.session().synchronize());
+      check(which == 0 ? decode : prefill, nullptr);
       if (i >= 4) enqueue_ms[which][i % 2].push_back(t);
     }
     for (int which = 0; which < 2; ++which) {
@@ -267,10 +298,13 @@ int run_bench(std::span<const std::string_view> args) {
     for (int64_t round = 0; round < rounds; ++round) {
       const auto t0 = std::chrono::steady_clock::now();
       must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+      check(prefill, nullptr);  // in the timed loop, only the profile (a read under the session's lock)
       for (int64_t i = 0; i < round_decodes; ++i) {
         must(r.call({7}, context + i, ProfileRequest::pinned(mode == 0 ? decode : prefill), logits));
+        check(mode == 0 ? decode : prefill, nullptr);
       }
       totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      check(mode == 0 ? decode : prefill, &logits);  // and the round's last logits
     }
     round_ms[mode] = stats(totals).median;
   }
@@ -300,12 +334,17 @@ int run_bench(std::span<const std::string_view> args) {
           ", \"switch_into_decode_host_us\": " + std::to_string(switch_host_us[0]) +
           ", \"switch_into_prefill_host_us\": " + std::to_string(switch_host_us[1]) +
           ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
-          ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) + "}\n";
+          ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) +
+          ", \"validated\": " + (problem.empty() ? "true" : "false") +
+          ", \"checked_calls\": " + std::to_string(checked_calls) + "}\n";
   if (!json_path.empty()) {
     std::ofstream out(json_path);
     out << json;
     if (!out) return fail("bench", device_error("cannot write " + json_path));
   }
+  if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
+  std::printf("validated: %lld calls ran the profile they pinned, with finite logits where they came back\n",
+              static_cast<long long>(checked_calls));
   return 0;
 }
 
