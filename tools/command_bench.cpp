@@ -275,10 +275,11 @@ int run_bench(std::span<const std::string_view> args) {
     std::vector<double> enqueue_ms[2][2];  // [into decode, into prefill][switched, stayed]
     for (int64_t i = 0; i < 4 * steps + 4; ++i) {
       const int which = static_cast<int>((i / 2) % 2);  // 0: decode, 1: prefill
+      const int32_t profile = which == 0 ? decode : prefill;
       double t = 0;
-      must(r.call({7}, context, ProfileRequest::pinned(which == 0 ? decode : prefill), device_logits, &t));
+      must(r.call({7}, context, ProfileRequest::pinned(profile), device_logits, &t));
       must(r.session().synchronize());
-      check(which == 0 ? decode : prefill, nullptr);
+      check(profile, nullptr);
       if (i >= 4) enqueue_ms[which][i % 2].push_back(t);
     }
     for (int which = 0; which < 2; ++which) {

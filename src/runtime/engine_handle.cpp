@@ -236,7 +236,15 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     void* address = inputs[i].memory == MemoryKind::kHost ? staging_[i].get() : inputs[i].data;
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
-  std::vector<std::pair<void*, int64_t>> host_copies;  // (caller pointer, bytes) per host output
+  // A host output: the caller's memory, its bytes, its binding, and the page-locked buffer
+  // it lands in first (null: copied straight into the caller's memory).
+  struct HostCopy {
+    void* dst;
+    int64_t bytes;
+    size_t binding;
+    void* landed = nullptr;
+  };
+  std::vector<HostCopy> host_copies;
   host_copies.reserve(outputs.size());
   for (size_t o = 0; o < outputs.size(); ++o) {
     Result<Dims> shape = context_->output_shape(o);
@@ -245,7 +253,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
     void* address = *target;
     if (outputs[o].memory == MemoryKind::kHost) {
-      host_copies.emplace_back(address, ir::tensor_bytes(*shape, outputs[o].dtype));
+      host_copies.push_back({address, ir::tensor_bytes(*shape, outputs[o].dtype), n_in + o});
       address = staging_[n_in + o].get();
     }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
@@ -281,22 +289,17 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   }
   // Each host output lands in page-locked memory (a DMA at full link speed) and is copied
   // to the caller's after the drain; without it, straight into the caller's memory.
-  std::vector<void*> landed(host_copies.size(), nullptr);
-  size_t host_index = 0;
-  for (size_t o = 0; o < outputs.size(); ++o) {
-    if (outputs[o].memory != MemoryKind::kHost) continue;
-    const auto [dst, bytes] = host_copies[host_index];
-    landed[host_index] = pinned_staging(n_in + o, bytes);
-    void* target = landed[host_index] != nullptr ? landed[host_index] : dst;
-    ++host_index;
+  for (HostCopy& c : host_copies) {
+    c.landed = pinned_staging(c.binding, c.bytes);
     // The network is in flight: never return with it untracked.
-    Status copied = engine_->device().enqueue_copy(target, staging_[n_in + o].get(), bytes, stream);
+    Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst, staging_[c.binding].get(),
+                                                   c.bytes, stream);
     if (!copied.ok()) return drain(copied);
   }
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(stream.synchronize());
-  for (size_t k = 0; k < host_copies.size(); ++k) {
-    if (landed[k] != nullptr) std::memcpy(host_copies[k].first, landed[k], static_cast<size_t>(host_copies[k].second));
+  for (const HostCopy& c : host_copies) {
+    if (c.landed != nullptr) std::memcpy(c.dst, c.landed, static_cast<size_t>(c.bytes));
   }
   GEARBOX_RETURN_IF_ERROR(input_fault());
   if (ran_profile != nullptr) *ran_profile = sel.profile;

@@ -1052,19 +1052,16 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
   const __nv_bfloat16* k16_head = k16 + static_cast<int64_t>(kvh) * D;
   const __nv_bfloat16* v16_head = v16 + static_cast<int64_t>(kvh) * D;
+  // Whether some row of the block sees key j (every key in range does when dense).
+  const auto seen = [=](int64_t j) {
+    bool any = false;
+    for (int r = 0; r < kMmaRows; ++r) any = any || (lo_s[r] <= j && j < hi_s[r]);
+    return any;
+  };
   // kAsync: a K row only needs to exist (a masked score is dropped whatever it holds); a V row
   // no query of the block sees must be zero (0 * NaN would reach the output).
   const auto k_in = [&](int64_t j0) { return [=](int c) { return j0 + c < keys_end; }; };
-  const auto v_in = [&](int64_t j0) {
-    return [=](int c) {
-      const int64_t j = j0 + c;
-      if (j >= keys_end) return false;
-      if (dense) return true;
-      bool seen = false;
-      for (int r = 0; r < kMmaRows; ++r) seen = seen || (lo_s[r] <= j && j < hi_s[r]);
-      return seen;
-    };
-  };
+  const auto v_in = [&](int64_t j0) { return [=](int c) { return j0 + c < keys_end && (dense || seen(j0 + c)); }; };
   if constexpr (kAsync) {
     if (keys_begin < keys_end) {
       stage_rows_async<kD>(k_s, k16_head + keys_begin * kv_width, kv_width, D, k_in(keys_begin));
@@ -1079,12 +1076,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
       cp_async_commit();
     } else {
       __syncthreads();  // the previous tile is no longer read
-      if (!dense && tid < kMmaKeys) {
-        const int64_t j = j0 + tid;
-        bool seen = false;
-        for (int r = 0; r < kMmaRows; ++r) seen = seen || (lo_s[r] <= j && j < hi_s[r]);
-        seen_s[tid] = seen;
-      }
+      if (!dense && tid < kMmaKeys) seen_s[tid] = seen(j0 + tid);
       if (!dense) __syncthreads();
       const auto keep = [&](int c) { return j0 + c < keys_end && (dense || seen_s[c]); };
       __nv_bfloat16* const dst[2] = {k_s, v_s};
@@ -1214,11 +1206,11 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 }
 
 template <int kD>
-cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, const __nv_bfloat16* kv16,
-                               cudaStream_t stream) {
-  const auto kernel = kv16 != nullptr ? attention_prefill_mma_kernel<kD, true, true>
-                      : vec4          ? attention_prefill_mma_kernel<kD, true, false>
-                                      : attention_prefill_mma_kernel<kD, false, false>;
+cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, const __nv_bfloat16* k16,
+                               const __nv_bfloat16* v16, cudaStream_t stream) {
+  const auto kernel = k16 != nullptr ? attention_prefill_mma_kernel<kD, true, true>
+                      : vec4         ? attention_prefill_mma_kernel<kD, true, false>
+                                     : attention_prefill_mma_kernel<kD, false, false>;
   const size_t smem = mma_smem_bytes(kD);
   // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
   const cudaError_t attr =
@@ -1226,10 +1218,7 @@ cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((a.T + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(splits));
-  const int64_t rows = a.max_ctx * a.kv_heads * a.head_dim;
-  kernel<<<grid, kMmaThreads, smem, stream>>>(
-      a, scratch, splits, kv16,
-      kv16 != nullptr ? kv16 + rows : nullptr);  // a plain launch, as the tiled kernel's
+  kernel<<<grid, kMmaThreads, smem, stream>>>(a, scratch, splits, k16, v16);  // a plain launch, as the tiled kernel's
   return cudaSuccess;
 }
 
@@ -1442,22 +1431,24 @@ cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const fl
   if (scratch == nullptr && (splits > 1 || kv_floats > 0)) return cudaErrorInvalidValue;
   // The rows the queries see as bf16 first (16-byte chunks: head_dim % 8 == 0), then the
   // attention copies its tiles from there.
-  __nv_bfloat16* kv16 = nullptr;
+  __nv_bfloat16* k16 = nullptr;
+  __nv_bfloat16* v16 = nullptr;
   if (kv_floats > 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(scratch)) {
-    kv16 = reinterpret_cast<__nv_bfloat16*>(scratch);
     const int64_t width = kv_heads * head_dim;
+    k16 = reinterpret_cast<__nv_bfloat16*>(scratch);
+    v16 = k16 + max_ctx * width;
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (max_ctx * width / 8 + 255) / 256));
     launch_kernel(kv_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_cache, v_cache, positions, pos_i64, T,
-                  window, max_ctx, width, kv16, kv16 + max_ctx * width);
+                  window, max_ctx, width, k16, v16);
   }
   float* partials = scratch != nullptr ? scratch + kv_floats : nullptr;
   cudaError_t err;
   if (head_dim <= 64) {
-    err = launch_prefill_mma<64>(a, vec4, partials, splits, kv16, stream);
+    err = launch_prefill_mma<64>(a, vec4, partials, splits, k16, v16, stream);
   } else if (head_dim <= 128) {
-    err = launch_prefill_mma<128>(a, vec4, partials, splits, kv16, stream);
+    err = launch_prefill_mma<128>(a, vec4, partials, splits, k16, v16, stream);
   } else {
-    err = launch_prefill_mma<256>(a, vec4, partials, splits, kv16, stream);
+    err = launch_prefill_mma<256>(a, vec4, partials, splits, k16, v16, stream);
   }
   if (err != cudaSuccess) return err;
   if (splits > 1) launch_combine_rows(a, partials, splits, vec4, stream);

@@ -670,45 +670,31 @@ __device__ void attention(const Params<W>& P, const DecodeLayer<W>& L, int64_t p
         for (int i = 0; i < kSlots; ++i) acc[g][i] *= weight;
       }
     }
-    for (int half = kConsumerWarps / 2; half >= 1; half /= 2) {
-      float* slot = buf + (warp % 4) * G * D;
-      if (warp >= half && warp < 2 * half) {
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g >= G) break;
-#pragma unroll
-          for (int i = 0; i < kSlots; ++i) {
-            const int d = lane + 32 * i;
-            if (d < D) slot[g * D + d] = acc[g][i];
-          }
-        }
-      }
-      consumers_sync();
-      if (warp < half) {
-        const float* from = buf + ((warp + half) % 4) * G * D;
-#pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
-          if (g >= G) break;
-#pragma unroll
-          for (int i = 0; i < kSlots; ++i) {
-            const int d = lane + 32 * i;
-            if (d < D) acc[g][i] += from[g * D + d];
-          }
-        }
-      }
-    }
-    const int64_t qd = static_cast<int64_t>(s.heads) * D;
-    if (warp == 0) {
-      float* out = P.ws + wl.part_acc + split * qd + static_cast<int64_t>(kvh * G) * D;
+    // f(accumulator, index in a [G][D] buffer) for each of this lane's accumulators.
+    const auto each_acc = [&](auto&& f) {
 #pragma unroll
       for (int g = 0; g < kMaxGroup; ++g) {
         if (g >= G) break;
 #pragma unroll
         for (int i = 0; i < kSlots; ++i) {
           const int d = lane + 32 * i;
-          if (d < D) out[g * D + d] = acc[g][i];
+          if (d < D) f(acc[g][i], g * D + d);
         }
       }
+    };
+    for (int half = kConsumerWarps / 2; half >= 1; half /= 2) {
+      float* slot = buf + (warp % 4) * G * D;
+      if (warp >= half && warp < 2 * half) each_acc([&](float& a, int e) { slot[e] = a; });
+      consumers_sync();
+      if (warp < half) {
+        const float* from = buf + ((warp + half) % 4) * G * D;
+        each_acc([&](float& a, int e) { a += from[e]; });
+      }
+    }
+    const int64_t qd = static_cast<int64_t>(s.heads) * D;
+    if (warp == 0) {
+      float* out = P.ws + wl.part_acc + split * qd + static_cast<int64_t>(kvh * G) * D;
+      each_acc([&](float& a, int e) { out[e] = a; });
     }
     if (tid < G) {
       float ls = 0.0f;
