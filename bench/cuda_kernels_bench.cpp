@@ -173,8 +173,19 @@ constexpr Linear kGemmaLinears[] = {{"q_proj", 1152, 1152},
                                     {"down_proj", 1152, 6912},
                                     {"lm_head (tied)", 262144, 1152}};
 
+/// "r4u2": a geometry's rows per group and chunks per row and pass.
+std::string geometry_name(cuda::GemvGeometry g) {
+  return "r" + std::to_string(g.rows) + "u" + std::to_string(g.unroll);
+}
+
+/// The geometries a launch of M rows takes.
+std::vector<cuda::GemvGeometry> geometries(int64_t M) {
+  if (M > 1) return {cuda::kGemvDefaultGeometry};
+  return {std::begin(cuda::kGemvGeometries), std::end(cuda::kGemvGeometries)};
+}
+
 void bench_gemv(cudaStream_t stream) {
-  std::printf("\n== gemv, bf16 weights, f32 x/y (bytes: weights + x + y) ==\n");
+  std::printf("\n== gemv, bf16 weights, f32 x/y (bytes: weights + x + y), per geometry (rows, unroll) ==\n");
   for (int64_t M : {1, 4, 8}) {
     for (const Linear& l : kGemmaLinears) {
       if (M > 1 && l.N == 262144) continue;
@@ -184,18 +195,22 @@ void bench_gemv(cudaStream_t stream) {
           y(static_cast<size_t>(M * l.N) * 4);
       fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 1);
       fill_f32(x.as<float>(), M * l.K, 2);
-      const Timing t = time_launches(stream, copies, [&](int i) {
-        CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
-                                        y.as<float>(), M, l.N, l.K, stream));
-      });
-      const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
-      print("gemv M=" + std::to_string(M) + " " + l.name + " " + std::to_string(l.N) + "x" + std::to_string(l.K), t,
-            bytes, 1e3, "GB/s");
+      for (const cuda::GemvGeometry g : geometries(M)) {
+        const Timing t = time_launches(stream, copies, [&](int i) {
+          CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
+                                          y.as<float>(), M, l.N, l.K, stream, g));
+        });
+        const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
+        print("gemv M=" + std::to_string(M) + " " + geometry_name(g) + " " + l.name + " " + std::to_string(l.N) + "x" +
+                  std::to_string(l.K),
+              t, bytes, 1e3, "GB/s");
+      }
     }
   }
-  // Fused launches of one decode layer: QKV (1152 + 256 + 256) and gate + up (2 x 6912).
+  // Fused launches of one decode layer: QKV (1024 + 256 + 256) and gate + up (2 x 6912), and
+  // the gated form of the latter (gate + up + GELU, as decode runs it).
   const int64_t K = 1152;
-  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{1152, 256, 256}, std::vector<int64_t>{6912, 6912}}) {
+  for (const std::vector<int64_t>& ns : {std::vector<int64_t>{1024, 256, 256}, std::vector<int64_t>{6912, 6912}}) {
     int64_t total_n = 0;
     for (int64_t n : ns) total_n += n;
     const int copies = copies_for(total_n * K * 2);
@@ -203,19 +218,30 @@ void bench_gemv(cudaStream_t stream) {
         y(static_cast<size_t>(total_n) * 4);
     fill_bf16(w.as<__nv_bfloat16>(), total_n * K * copies, 3);
     fill_f32(x.as<float>(), K, 4);
-    const Timing t = time_launches(stream, copies, [&](int i) {
-      cuda::GemvTarget<__nv_bfloat16> targets[cuda::kGemvMaxTargets];
-      int64_t row = 0;
-      for (size_t j = 0; j < ns.size(); ++j) {
-        targets[j] = {w.as<__nv_bfloat16>() + ((i % copies) * total_n + row) * K, nullptr, y.as<float>() + row, ns[j]};
-        row += ns[j];
-      }
-      CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), targets, static_cast<int>(ns.size()), 1, K, stream));
-    });
-    std::string name = "gemv_multi M=1 N=";
-    for (size_t j = 0; j < ns.size(); ++j) name += (j ? "+" : "") + std::to_string(ns[j]);
-    name += " K=1152";
-    print(name, t, static_cast<double>(total_n * K * 2), 1e3, "GB/s");
+    for (const cuda::GemvGeometry g : geometries(1)) {
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        cuda::GemvTarget<__nv_bfloat16> targets[cuda::kGemvMaxTargets];
+        int64_t row = 0;
+        for (size_t j = 0; j < ns.size(); ++j) {
+          targets[j] = {w.as<__nv_bfloat16>() + ((i % copies) * total_n + row) * K, nullptr, y.as<float>() + row,
+                        ns[j]};
+          row += ns[j];
+        }
+        CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), targets, static_cast<int>(ns.size()), 1, K, stream, g));
+      });
+      std::string name = "gemv_multi M=1 " + geometry_name(g) + " N=";
+      for (size_t j = 0; j < ns.size(); ++j) name += (j ? "+" : "") + std::to_string(ns[j]);
+      name += " K=1152";
+      print(name, t, static_cast<double>(total_n * K * 2), 1e3, "GB/s");
+      if (ns.size() != 2) continue;
+      const Timing tg = time_launches(stream, copies, [&](int i) {
+        const __nv_bfloat16* gate = w.as<__nv_bfloat16>() + (i % copies) * total_n * K;
+        CHECK(cuda::gemv_gated<__nv_bfloat16>(x.as<float>(), gate, gate + ns[0] * K, nullptr, nullptr,
+                                              cuda::GatedActivation::kGeluTanh, y.as<float>(), 1, ns[0], K, stream, g));
+      });
+      print("gemv_gated M=1 " + geometry_name(g) + " N=6912 K=1152", tg, static_cast<double>(total_n * K * 2), 1e3,
+            "GB/s");
+    }
   }
 }
 

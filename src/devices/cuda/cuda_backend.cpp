@@ -37,7 +37,7 @@ using ir::OpKind;
 // attention, and tactics ranked by device time (time_node). 4: the split prefill
 // attentions' row-wise combine (both prefill tactics' times change). 5: the tensor-core
 // prefill attention copies bf16 tiles asynchronously (its time changes).
-constexpr int kKernelsVersion = 5;
+constexpr int kKernelsVersion = 6;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
@@ -45,9 +45,19 @@ constexpr uint32_t kLinearGemv = 1;
 constexpr uint32_t kLinearCublasLt = 2;       // cuBLASLt's first heuristic for the call's shape
 constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [1, kAltAlgos])
 constexpr int kAltAlgos = 3;
+constexpr uint32_t kLinearGemvGeometry = 10;  // + i: gemv with cuda::kGemvGeometries[i], i >= 1 (M = 1 only)
+constexpr uint32_t kGemvGeometryCount = std::size(cuda::kGemvGeometries);
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
 constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
+
+/// Whether a linear's tactic is one of the GEMV kernels (kLinearGemv: the default geometry).
+bool is_gemv(uint32_t tactic) {
+  return tactic == kLinearGemv || (tactic > kLinearGemvGeometry && tactic < kLinearGemvGeometry + kGemvGeometryCount);
+}
+cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
+  return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
+}
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
 // layers; one launch, kernels.h), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
@@ -333,7 +343,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       auto bias = [&](size_t o) {
         return at.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(outs + o)]) : nullptr;
       };
-      if (tactic == kLinearGemv) {
+      if (is_gemv(tactic)) {
         return by_weight_type(type, [&](auto w) -> Status {
           using W = decltype(w);
           for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
@@ -343,8 +353,9 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
               targets[t] = {static_cast<const W*>(weights.ptr[wid(first + t)]), bias(first + t), out(first + t),
                             wdims(first + t)[0]};
             }
-            GEARBOX_RETURN_IF_ERROR(
-                cuda_check(cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream), "linear (gemv)"));
+            GEARBOX_RETURN_IF_ERROR(cuda_check(
+                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream, gemv_geometry(tactic)),
+                "linear (gemv)"));
           }
           return Status();
         });
@@ -852,8 +863,8 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
 }
 
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
-Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
-                      cudaStream_t stream) {
+Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, uint32_t tactic,
+                      const NodeArgs& a, cudaStream_t stream) {
   const Node& linear = net.nodes[step.nodes[0]];
   const Node& act = net.nodes[step.nodes[1]];
   const Dims& x = a.dims[static_cast<size_t>(linear.inputs[0])];
@@ -864,12 +875,13 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   const cuda::GatedActivation activation = gated_activation(act);
   return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
     using W = decltype(tag);
-    return cuda_check(cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
-                                          static_cast<const W*>(weights.ptr[wid(0)]),
-                                          static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
-                                          static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]),
-                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], stream),
-                      "linear + gated activation (fused gemv)");
+    return cuda_check(
+        cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
+                            static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]),
+                            bias(0), bias(1), activation,
+                            static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]), ir::row_count(x),
+                            net.weights[wid(0)].dims[0], x[x.rank() - 1], stream, gemv_geometry(tactic)),
+        "linear + gated activation (fused gemv)");
   });
 }
 
@@ -888,7 +900,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
   const Node& act = net.nodes[step.nodes[1]];
   const size_t down = step.nodes.size() == 3 ? step.nodes[2] : step.nodes[1];
   const DataType type = weights.type[static_cast<size_t>(net.nodes[down].weights[0])];
-  if (step.nodes.size() == 2 || launch.tactics[down] == kLinearGemv || type == DataType::kF32) {
+  if (step.nodes.size() == 2 || is_gemv(launch.tactics[down]) || type == DataType::kF32) {
     for (size_t i = 1; i < step.nodes.size(); ++i) GEARBOX_RETURN_IF_ERROR(run(step.nodes[i], false));
     return {};
   }
@@ -912,7 +924,7 @@ bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, cons
   if (step.kind != Step::kNormAddNorm || !step.feeds_linear || next == nullptr) return false;
   const size_t linear = next->nodes[0];
   const DataType type = weights.type[static_cast<size_t>(net.nodes[linear].weights[0])];
-  return tactics[linear] != kLinearGemv && type != DataType::kF32 &&
+  return !is_gemv(tactics[linear]) && type != DataType::kF32 &&
          weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
 }
 
@@ -941,8 +953,8 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
       s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch);
     } else if (step.kind != Step::kGatedLinear) {
       s = run_fused(net, weights, step, args, stream, scratch_input);
-    } else if (launch.tactics[n] == kLinearGemv) {
-      s = run_gated_gemv(net, weights, step, args, stream);
+    } else if (is_gemv(launch.tactics[n])) {
+      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, stream);
       if (s.ok() && step.nodes.size() == 3) {  // the down projection
         const size_t down = step.nodes[2];
         s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
@@ -1058,12 +1070,20 @@ class CudaBackend final : public DeviceBackend {
 
   std::vector<TacticInfo> tactics(const Node& node) const override {
     switch (node.kind) {
-      case OpKind::kLinear:
-        return {{kLinearCublasLt, "cublaslt"},
-                {kLinearGemv, "gemv"},
-                {kLinearCublasLtAlt + 1, "cublaslt_h1"},
-                {kLinearCublasLtAlt + 2, "cublaslt_h2"},
-                {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
+      case OpKind::kLinear: {
+        std::vector<TacticInfo> linear = {{kLinearCublasLt, "cublaslt"},
+                                          {kLinearGemv, "gemv"},
+                                          {kLinearCublasLtAlt + 1, "cublaslt_h1"},
+                                          {kLinearCublasLtAlt + 2, "cublaslt_h2"},
+                                          {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
+        // Named after kGemvGeometries[1..]: rows per group, chunks per row and pass.
+        static constexpr const char* kGeometryNames[] = {"gemv_r2u2", "gemv_r2u4", "gemv_r2u8", "gemv_r4u4",
+                                                         "gemv_r8u2"};
+        static_assert(std::size(kGeometryNames) + 1 == kGemvGeometryCount);
+        for (uint32_t i = 1; i < kGemvGeometryCount; ++i)
+          linear.push_back({kLinearGemvGeometry + i, kGeometryNames[i - 1]});
+        return linear;
+      }
       case OpKind::kAttention:
         return {{kAttentionTiled, "tiled"}, {kAttentionSplitKv, "split_kv"}, {kAttentionMma, "mma_bf16"}};
       default: return {{kDefault, "default"}};
@@ -1076,6 +1096,11 @@ class CudaBackend final : public DeviceBackend {
       case OpKind::kLinear:
         if (tactic == kLinearGemv)
           return ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
+        if (is_gemv(tactic)) {
+          // GEARBOX_CUDA_GEMV_GEOMETRIES=0: the builder times the default geometry only.
+          static const bool geometries = cuda::switch_on("GEARBOX_CUDA_GEMV_GEOMETRIES");
+          return geometries && ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) == 1;
+        }
         return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
@@ -1088,7 +1113,7 @@ class CudaBackend final : public DeviceBackend {
   int64_t scratch_bytes(const Network& net, const Node& node, uint32_t tactic,
                         std::span<const Dims> dims) const override {
     const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
-    if (node.kind == OpKind::kLinear && tactic != kLinearGemv) {
+    if (node.kind == OpKind::kLinear && !is_gemv(tactic)) {
       const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
       return cuda::CublasLtGemm::scratch_bytes(ir::row_count(x), x[x.rank() - 1], type);
     }

@@ -77,12 +77,29 @@ inline constexpr int64_t kGemvMaxRows = 8;
 /// Weights one gemv_multi launch can serve.
 inline constexpr int kGemvMaxTargets = 4;
 
+/// How a gemv launch divides W among its threads: a group of threads takes `rows` rows of W
+/// (a gated launch: rows / 2 gate rows and the rows / 2 matching up rows), each thread
+/// loading up to `unroll` 16-byte chunks of every row per pass before the first FMA; the
+/// group has the fewest threads (32..256, a power of two) that cover K in one pass where
+/// 256 can. More rows per group means fewer, longer-lived blocks and more loads in flight
+/// per thread; which is fastest depends on N, K and the GPU, so the builder times them.
+struct GemvGeometry {
+  int rows = 4;
+  int unroll = 2;
+  friend constexpr bool operator==(GemvGeometry, GemvGeometry) = default;
+};
+/// The geometry of every M (M > 1 takes no other).
+inline constexpr GemvGeometry kGemvDefaultGeometry{4, 2};
+/// The geometries an M = 1 launch takes (the default first).
+inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8}, {4, 4}, {8, 2}};
+
 /// x [M, K] f32, w [N, K] (W), bias [N] f32 or null, y [M, N] f32; 1 <= M <= 8 (M = 0 or
-/// N = 0 is a no-op; M > 8 is cudaErrorInvalidValue). Memory-bound: streams W once with
-/// 16-byte loads when K * sizeof(W) % 16 == 0 and w, x are 16-byte aligned.
+/// N = 0 is a no-op; M > 8, or a geometry the launch does not take, is
+/// cudaErrorInvalidValue). Memory-bound: streams W once with 16-byte loads when
+/// K * sizeof(W) % 16 == 0 and w, x are 16-byte aligned.
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream);
+                 cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry);
 
 /// One weight of a gemv_multi launch: y [M, n] = x * w[n, K]^T (+ bias[n]).
 template <typename W>
@@ -96,7 +113,7 @@ struct GemvTarget {
 /// targets (host array), each computed as gemv() would. All share K and W.
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream);
+                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry);
 
 /// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
 enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
@@ -106,7 +123,8 @@ enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
 /// elementwise kernel's. Same limits as gemv(); y must not alias x.
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
-                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                       GemvGeometry geometry = kGemvDefaultGeometry);
 
 // ---- attention --------------------------------------------------------------------------------
 // q [T, heads * head_dim], caches [max_ctx, kv_heads * head_dim], out [T, heads * head_dim].

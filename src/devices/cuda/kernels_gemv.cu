@@ -4,23 +4,25 @@
 //
 // Memory-bound: W is read exactly once, so the kernel's job is to keep enough 16-byte loads
 // in flight to approach DRAM bandwidth. Layout of the work:
-// - A "row group" is R = 4 consecutive rows of W: each x chunk read from L1 serves 4 W
-//   rows (x costs L1 bandwidth M times over), and a thread has 4 rows' loads in flight.
+// - A "row group" is R consecutive rows of W (the geometry's `rows`; 4 by default): each x
+//   chunk read from L1 serves R W rows (x costs L1 bandwidth M times over), and a thread has
+//   R rows' loads in flight.
 // - TPR threads (32..256, a power of two, chosen from K) share one row group and split K
 //   into 16-byte chunks, thread j taking chunks j, j + TPR, ...; TPR grows with K so that
-//   each thread has at most U = 2 chunks per row per pass. A thread issues all U * R = 8 of
-//   its W loads (ld.global.nc, not allocated in L1, so x stays there) before the first FMA.
-//   Measured on the H200 at M = 1 (bf16, K = 1152, N = 262144, W from DRAM): this kernel
-//   reads W at 3.75 TB/s (161 us) where R = 1, U = 4 read at 3.05; among 9 (R, U, TPR)
-//   variants of a stripped single-weight copy, R = 4, U = 2 was the fastest at every Gemma
-//   shape (4.05 TB/s at this one: the multi-weight generality costs the rest).
+//   each thread has at most U chunks per row per pass (the geometry's `unroll`; 2 by
+//   default). A thread issues all U * R of its W loads (ld.global.nc, not allocated in L1,
+//   so x stays there) before the first FMA.
+//   Measured on the H200 at M = 1 (bf16, K = 1152, N = 262144, W from DRAM): R = 4, U = 2
+//   reads W at 3.75 TB/s (161 us) where R = 1, U = 4 read at 3.05. At the decode layers'
+//   smaller matrices the best geometry depends on N and K (how many blocks, how many passes
+//   over K), so M = 1 launches take any of kGemvGeometries and the builder times them.
 // - A block of 256 threads holds 256 / TPR row groups; the partial sums of one group are
 //   reduced with warp shuffles, then across its warps through shared memory.
 // - gemv_multi: the blocks of up to 4 weights (fused QKV, gate+up) are numbered one after
 //   another and served by one grid; a block serves one weight only.
-// - gemv_gated (a gated MLP's gate_up_proj + activation): a row group is gate rows o, o + 1
-//   and up rows o, o + 1, so the group's lanes hold both dot products of an output and
-//   write act(gate) * up; the gate and up vectors are never stored.
+// - gemv_gated (a gated MLP's gate_up_proj + activation): a row group is gate rows
+//   o .. o + R/2 - 1 and the same up rows, so the group's lanes hold both dot products of an
+//   output and write act(gate) * up; the gate and up vectors are never stored.
 // - The first pass's W loads are issued before the kernel waits for its predecessor
 //   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
@@ -36,12 +38,13 @@ namespace gearbox::cuda {
 namespace {
 
 constexpr int kGemvThreads = 256;
-constexpr int kRowsPerGroup = 4;  // R
-constexpr int kUnroll = 2;        // U: chunks per row per thread per pass
 /// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers; ptxas
-/// takes ~70 on its own, leaving room for 3) keep a third more loads in flight; larger M
-/// needs the registers for its M * R accumulators.
-__host__ __device__ constexpr int min_blocks_per_sm(int M) { return M == 1 ? 4 : (M <= 4 ? 2 : 1); }
+/// takes ~70 on its own, leaving room for 3) keep a third more loads in flight, 2 where a
+/// thread holds 16 chunks (R * U = 16: 80 registers spill); larger M needs the registers for
+/// its M * R accumulators.
+__host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
+  return M == 1 ? (loads <= 8 ? 4 : 2) : (M <= 4 ? 2 : 1);
+}
 
 template <typename W>
 struct GemvParams {
@@ -134,9 +137,9 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
 /// comment), so that the target's pointers are uniform over the block. kGated: one target
 /// whose group rows are gate rows o, o + 1 (w[0]) and up rows o, o + 1 (w[1]) for the
 /// outputs o, o + 1 of y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
-template <typename W, int M, bool kVec, bool kGated>
-__global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kernel(const GemvParams<W> p) {
-  constexpr int R = kRowsPerGroup;
+template <typename W, int M, bool kVec, bool kGated, int R, int kUnroll>
+__global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)) gemv_kernel(const GemvParams<W> p) {
+  static_assert(R >= 1 && (!kGated || R % 2 == 0), "a gated group pairs R / 2 gate rows with R / 2 up rows");
   constexpr int kOutsPerGroup = kGated ? R / 2 : R;
   using C = Chunk<W, kVec>;
   constexpr int E = C::kElems;
@@ -208,17 +211,30 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
       for (int u = 0; u < kUnroll; ++u) {
         const int64_t c = base + static_cast<int64_t>(u) * tpr;
         if (c >= chunks) continue;
-        float wf[R][E];
-#pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r].to_f32(wf[r]);
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
+        if constexpr (M == 1) {
+          // One row's floats live at a time: R * U chunks of W are already held in registers.
           float xf[E];
-          load_x<E>(p.x + m * K + c * E, xf);
+          load_x<E>(p.x + c * E, xf);
 #pragma unroll
           for (int r = 0; r < R; ++r) {
+            float wf[E];
+            raw[u][r].to_f32(wf);
 #pragma unroll
-            for (int e = 0; e < E; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+            for (int e = 0; e < E; ++e) acc[0][r] = fmaf(xf[e], wf[e], acc[0][r]);
+          }
+        } else {
+          float wf[R][E];
+#pragma unroll
+          for (int r = 0; r < R; ++r) raw[u][r].to_f32(wf[r]);
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            float xf[E];
+            load_x<E>(p.x + m * K + c * E, xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+#pragma unroll
+              for (int e = 0; e < E; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+            }
           }
         }
       }
@@ -279,35 +295,57 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M)) gemv_kerne
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename W, int M, bool kGated>
+template <typename W, int M, bool kGated, int R, int U>
 void launch_gemv(const GemvParams<W>& p, bool vec, cudaStream_t stream) {
   const auto blocks = static_cast<unsigned>(p.total_blocks);
   if (vec) {
-    launch_kernel(gemv_kernel<W, M, true, kGated>, blocks, kGemvThreads, 0, stream, p);
+    launch_kernel(gemv_kernel<W, M, true, kGated, R, U>, blocks, kGemvThreads, 0, stream, p);
   } else {
-    launch_kernel(gemv_kernel<W, M, false, kGated>, blocks, kGemvThreads, 0, stream, p);
+    launch_kernel(gemv_kernel<W, M, false, kGated, R, U>, blocks, kGemvThreads, 0, stream, p);
   }
 }
 
+/// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
+/// entries).
 template <typename W, bool kGated>
-void launch_gemv(const GemvParams<W>& p, int64_t M, bool vec, cudaStream_t stream) {
+void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, cudaStream_t stream) {
+  constexpr int R = kGemvDefaultGeometry.rows;
+  constexpr int U = kGemvDefaultGeometry.unroll;
+  if (M == 1) {
+    // One case per entry of kGemvGeometries.
+    if (g == GemvGeometry{2, 2}) return launch_gemv<W, 1, kGated, 2, 2>(p, vec, stream);
+    if (g == GemvGeometry{2, 4}) return launch_gemv<W, 1, kGated, 2, 4>(p, vec, stream);
+    if (g == GemvGeometry{2, 8}) return launch_gemv<W, 1, kGated, 2, 8>(p, vec, stream);
+    if (g == GemvGeometry{4, 4}) return launch_gemv<W, 1, kGated, 4, 4>(p, vec, stream);
+    if (g == GemvGeometry{8, 2}) return launch_gemv<W, 1, kGated, 8, 2>(p, vec, stream);
+    return launch_gemv<W, 1, kGated, R, U>(p, vec, stream);
+  }
   switch (M) {
-    case 1: launch_gemv<W, 1, kGated>(p, vec, stream); break;
-    case 2: launch_gemv<W, 2, kGated>(p, vec, stream); break;
-    case 3: launch_gemv<W, 3, kGated>(p, vec, stream); break;
-    case 4: launch_gemv<W, 4, kGated>(p, vec, stream); break;
-    case 5: launch_gemv<W, 5, kGated>(p, vec, stream); break;
-    case 6: launch_gemv<W, 6, kGated>(p, vec, stream); break;
-    case 7: launch_gemv<W, 7, kGated>(p, vec, stream); break;
-    default: launch_gemv<W, 8, kGated>(p, vec, stream); break;
+    case 2: launch_gemv<W, 2, kGated, R, U>(p, vec, stream); break;
+    case 3: launch_gemv<W, 3, kGated, R, U>(p, vec, stream); break;
+    case 4: launch_gemv<W, 4, kGated, R, U>(p, vec, stream); break;
+    case 5: launch_gemv<W, 5, kGated, R, U>(p, vec, stream); break;
+    case 6: launch_gemv<W, 6, kGated, R, U>(p, vec, stream); break;
+    case 7: launch_gemv<W, 7, kGated, R, U>(p, vec, stream); break;
+    default: launch_gemv<W, 8, kGated, R, U>(p, vec, stream); break;
   }
 }
 
-/// The fewest threads per group that leave each thread at most kUnroll chunks per pass.
-int threads_per_row(int64_t chunks) {
+/// The fewest threads per group (32..256) that leave each thread at most `unroll` chunks per
+/// pass.
+int threads_per_row(int64_t chunks, int unroll) {
   int tpr = 32;
-  while (tpr < kGemvThreads && static_cast<int64_t>(tpr) * kUnroll < chunks) tpr *= 2;
+  while (tpr < kGemvThreads && static_cast<int64_t>(tpr) * unroll < chunks) tpr *= 2;
   return tpr;
+}
+
+/// Whether a launch of M rows may take geometry g.
+bool geometry_served(GemvGeometry g, int64_t M) {
+  if (M > 1) return g == kGemvDefaultGeometry;
+  for (const GemvGeometry& served : kGemvGeometries) {
+    if (g == served) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -316,12 +354,13 @@ int threads_per_row(int64_t chunks) {
 
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream) {
-  if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0) {
+                       cudaStream_t stream, GemvGeometry geometry) {
+  if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
+      !geometry_served(geometry, M)) {
     return cudaErrorInvalidValue;
   }
   if (M == 0) return cudaSuccess;
-  constexpr int R = kRowsPerGroup;
+  const int R = geometry.rows;
   constexpr int64_t kVecElems = 16 / static_cast<int64_t>(sizeof(W));
   GemvParams<W> p{};
   p.x = x;
@@ -333,7 +372,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
     if (t.n < 0 || (t.n > 0 && (t.w == nullptr || t.y == nullptr))) return cudaErrorInvalidValue;
     vec = vec && aligned16(t.w);
   }
-  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K);
+  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K, geometry.unroll);
   const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * R;
   for (int i = 0; i < count; ++i) {
     const GemvTarget<W>& t = targets[i];
@@ -346,21 +385,22 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   }
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
   if (p.total_blocks == 0) return cudaSuccess;
-  launch_gemv<W, false>(p, M, vec, stream);
+  launch_gemv<W, false>(p, M, geometry, vec, stream);
   return cudaGetLastError();
 }
 
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream) {
+                 cudaStream_t stream, GemvGeometry geometry) {
   const GemvTarget<W> target{w, bias, y, N};
-  return gemv_multi<W>(x, &target, 1, M, K, stream);
+  return gemv_multi<W>(x, &target, 1, M, K, stream, geometry);
 }
 
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
-                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
-  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 ||
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                       GemvGeometry geometry) {
+  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || !geometry_served(geometry, M) ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
       (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
     return cudaErrorInvalidValue;
@@ -379,19 +419,21 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   p.K = K;
   p.activation = activation;
   const bool vec = K % kVecElems == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
-  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K);
-  const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (kRowsPerGroup / 2);
+  p.threads_per_row = threads_per_row(vec ? K / kVecElems : K, geometry.unroll);
+  const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (geometry.rows / 2);
   p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
   for (int64_t& end : p.block_end) end = p.total_blocks;
-  launch_gemv<W, true>(p, M, vec, stream);
+  launch_gemv<W, true>(p, M, geometry, vec, stream);
   return cudaGetLastError();
 }
 
-#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                    \
-  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t); \
-  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t);         \
-  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,    \
-                                     float*, int64_t, int64_t, int64_t, cudaStream_t);
+#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                   \
+  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
+                               GemvGeometry);                                                                         \
+  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
+                                     GemvGeometry);                                                                   \
+  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
+                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GEMV(__half)

@@ -1,7 +1,7 @@
-// Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL and
-// GEARBOX_CUDA_CLUSTER_COMBINE, each on unless set to "0", for measuring what each
-// mechanism buys (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off unless "1" or
-// "auto") is read in cuda_backend.cpp.
+// Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL,
+// GEARBOX_CUDA_CLUSTER_COMBINE and GEARBOX_CUDA_GEMV_GEOMETRIES (read by the builder), each on
+// unless set to "0", for measuring what each mechanism buys (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off
+// unless "1" or "auto") is read in cuda_backend.cpp.
 #pragma once
 
 #include <cstdlib>

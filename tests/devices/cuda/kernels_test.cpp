@@ -701,8 +701,8 @@ constexpr LinearShape kGemvShapes[] = {{1, 1},      {7, 13},      {13, 7},    {6
 
 /// Runs gemv (or gemv_multi with the weight split into targets) and checks it against
 /// cpu::linear_small_m on the rounded weights.
-void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_t M, LinearShape s, bool bias,
-                int lead) {
+void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_t M, LinearShape s, bool bias, int lead,
+                cuda::GemvGeometry geometry = cuda::kGemvDefaultGeometry) {
   const std::vector<float> x = random_floats(M * s.K, 20);
   const Weights w = make_weights(type, random_floats(s.N * s.K, 21), lead);
   const std::vector<float> b = random_floats(s.N, 22);
@@ -714,13 +714,19 @@ void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_
   ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
               using W = decltype(tag);
               return cuda::gemv<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), bias ? d_b.get() : nullptr, y.get(), M,
-                                   s.N, s.K, stream);
+                                   s.N, s.K, stream, geometry);
             }));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> want(static_cast<size_t>(M * s.N));
   cpu::linear_small_m(x.data(), w.rounded.data(), bias ? b.data() : nullptr, want.data(), M, s.N, s.K);
   const std::string what = std::string("gemv ") + data_type_name(type) + " " +
-                           shape({{"M", M}, {"N", s.N}, {"K", s.K}, {"bias", bias}, {"lead", lead}});
+                           shape({{"M", M},
+                                  {"N", s.N},
+                                  {"K", s.K},
+                                  {"bias", bias},
+                                  {"lead", lead},
+                                  {"rows", geometry.rows},
+                                  {"unroll", geometry.unroll}});
   EXPECT_TRUE(close(what, y.download(), want, {}, reduction_slack(x, w.rounded, M, s.N, s.K)));
   EXPECT_TRUE(y.guard_intact()) << what;
   (void)fixture;
@@ -743,10 +749,35 @@ TEST_F(CudaKernels, GemvEveryRowCountAndTheScalarPath) {
   }
 }
 
+TEST_F(CudaKernels, GemvEveryGeometryMatchesCpuAtOneRow) {
+  for (const cuda::GemvGeometry g : cuda::kGemvGeometries) {
+    for (DataType type : kWeightTypes) {
+      bool bias = false;
+      for (LinearShape s : kGemvShapes) {
+        check_gemv(this, stream_, type, 1, s, bias, /*lead=*/0, g);
+        bias = !bias;
+      }
+      check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g);  // the scalar path
+      check_gemv(this, stream_, type, 1, {1152, 6912}, /*bias=*/false, /*lead=*/0, g);
+    }
+  }
+  Floats dummy = Floats::poisoned(1);
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 2, 1, 1, stream_, {8, 2}))
+      << "M > 1 takes the default geometry only";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, stream_, {3, 3}))
+      << "a geometry no kernel serves";
+}
+
 TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
   const int64_t K = 1152;
+  // M = 1 once per geometry, M > 1 with the default.
+  std::vector<std::pair<int64_t, cuda::GemvGeometry>> runs = {{2, cuda::kGemvDefaultGeometry},
+                                                              {5, cuda::kGemvDefaultGeometry}};
+  for (const cuda::GemvGeometry g : cuda::kGemvGeometries) runs.emplace_back(1, g);
   for (DataType type : kWeightTypes) {
-    for (int64_t M : {1, 2, 5}) {
+    for (const auto& [M, geometry] : runs) {
       for (const std::vector<int64_t>& ns :
            {std::vector<int64_t>{256, 64, 64}, std::vector<int64_t>{6912, 6912}, std::vector<int64_t>{1, 7, 130, 3}}) {
         const std::vector<float> x = random_floats(M * K, 30);
@@ -771,15 +802,16 @@ TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
                           {weight_ptr<W>(d_ws[i], 0), i % 2 == 0 ? d_bs[i].get() : nullptr, ys[i].get(), ns[i]});
                     }
                     return cuda::gemv_multi<W>(d_x.get(), targets.data(), static_cast<int>(targets.size()), M, K,
-                                               stream_);
+                                               stream_, geometry);
                   }));
         sync();
         for (size_t i = 0; i < ns.size(); ++i) {
           std::vector<float> want(static_cast<size_t>(M * ns[i]));
           cpu::linear_small_m(x.data(), ws[i].rounded.data(), i % 2 == 0 ? biases[i].data() : nullptr, want.data(), M,
                               ns[i], K);
-          const std::string what = std::string("gemv_multi ") + data_type_name(type) + " target " + std::to_string(i) +
-                                   " " + shape({{"M", M}, {"N", ns[i]}, {"K", K}});
+          const std::string what =
+              std::string("gemv_multi ") + data_type_name(type) + " target " + std::to_string(i) + " " +
+              shape({{"M", M}, {"N", ns[i]}, {"K", K}, {"rows", geometry.rows}, {"unroll", geometry.unroll}});
           EXPECT_TRUE(close(what, ys[i].download(), want, {}, reduction_slack(x, ws[i].rounded, M, ns[i], K)));
           EXPECT_TRUE(ys[i].guard_intact()) << what;
         }
@@ -799,10 +831,19 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
   };
   const Case cases[] = {{1, 1, 1, false, 0},      {1, 7, 13, true, 0},       {3, 130, 1152, true, 0},
                         {8, 130, 1152, false, 0}, {1, 6912, 1152, false, 0}, {2, 5, 6912, true, 0},
-                        {5, 33, 64, false, 1},    {1, 1152, 2304, false, 0}};
+                        {5, 33, 64, false, 1},    {1, 1152, 2304, false, 0}, {1, 33, 64, true, 1},
+                        {1, 1152, 6912, true, 0}};
+  std::vector<std::pair<Case, cuda::GemvGeometry>> runs;
+  for (const Case& c : cases) {
+    if (c.M > 1) {
+      runs.emplace_back(c, cuda::kGemvDefaultGeometry);
+    } else {
+      for (const cuda::GemvGeometry g : cuda::kGemvGeometries) runs.emplace_back(c, g);
+    }
+  }
   for (DataType type : kWeightTypes) {
     for (cuda::GatedActivation act : {cuda::GatedActivation::kGeluTanh, cuda::GatedActivation::kSilu}) {
-      for (const Case& c : cases) {
+      for (const auto& [c, geometry] : runs) {
         const std::vector<float> x = random_floats(c.M * c.K, 50);
         const Weights wg = make_weights(type, random_floats(c.N * c.K, 51), c.lead);
         const Weights wu = make_weights(type, random_floats(c.N * c.K, 52), c.lead);
@@ -816,7 +857,8 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
                     using W = decltype(tag);
                     return cuda::gemv_gated<W>(d_x.get() + c.lead, weight_ptr<W>(d_wg, c.lead),
                                                weight_ptr<W>(d_wu, c.lead), c.bias ? d_bg.get() : nullptr,
-                                               c.bias ? d_bu.get() : nullptr, act, y.get(), c.M, c.N, c.K, stream_);
+                                               c.bias ? d_bu.get() : nullptr, act, y.get(), c.M, c.N, c.K, stream_,
+                                               geometry);
                   }));
         sync();
         const auto n = static_cast<size_t>(c.M * c.N);
@@ -837,7 +879,13 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
         }
         const std::string what = std::string("gemv_gated ") + data_type_name(type) +
                                  (act == cuda::GatedActivation::kGeluTanh ? " gelu " : " silu ") +
-                                 shape({{"M", c.M}, {"N", c.N}, {"K", c.K}, {"bias", c.bias}, {"lead", c.lead}});
+                                 shape({{"M", c.M},
+                                        {"N", c.N},
+                                        {"K", c.K},
+                                        {"bias", c.bias},
+                                        {"lead", c.lead},
+                                        {"rows", geometry.rows},
+                                        {"unroll", geometry.unroll}});
         EXPECT_TRUE(close(what, y.download(), want, {}, slack));
         EXPECT_TRUE(y.guard_intact()) << what;
       }
