@@ -1,14 +1,15 @@
 // gearbox bench: what each profile is worth. Decode ms/token on every profile that takes
-// one token (logits copied to the host, and left in device memory), prefill latency at
-// several lengths, the switch cost (end to end, and the host time a switch adds to a call)
-// and its break-even, and rounds of 1 prefill + N decodes with switching vs on the prefill
-// profile only.
+// one token (logits copied to the host, left in device memory, and written into page-locked
+// host memory), prefill latency at several lengths, the switch cost (end to end, and the
+// host time a switch adds to a call) and its break-even, and rounds of 1 prefill + N decodes
+// with switching vs on the prefill profile only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <span>
 
 #include "bench_chart.h"
 #include "cli_args.h"
@@ -142,6 +143,10 @@ int run_bench(std::span<const std::string_view> args) {
   Result<DeviceMemory> device_logits_memory = r.engine().allocate(r.vocab() * 4);
   if (!device_logits_memory.ok()) return fail("bench", device_logits_memory.status());
   TensorView device_logits{device_logits_memory->data(), DataType::kF32, Dims{}, MemoryKind::kDevice, r.vocab() * 4};
+  // And in host memory the device writes by DMA (page-locked on CUDA): no staging copy.
+  Result<HostMemory> pinned_logits_memory = r.engine().allocate_host(r.vocab() * 4);
+  if (!pinned_logits_memory.ok()) return fail("bench", pinned_logits_memory.status());
+  TensorView pinned_logits{pinned_logits_memory->data(), DataType::kF32, Dims{}, MemoryKind::kHost, r.vocab() * 4};
   auto must = [&](const Status& s) {
     if (!s.ok()) {
       fail("bench", s);
@@ -154,7 +159,7 @@ int run_bench(std::span<const std::string_view> args) {
   // fails (exit 1) after writing what it measured.
   int64_t checked_calls = 0;
   std::string problem;  // the first check that failed
-  auto check = [&](int32_t want, const Tensor* host_logits) {
+  auto check_logits = [&](int32_t want, std::span<const float> host_logits) {
     ++checked_calls;
     if (!problem.empty()) return;
     const int32_t ran = r.session().active_profile();
@@ -162,9 +167,8 @@ int run_bench(std::span<const std::string_view> args) {
       problem = "a call pinned to profile " + r.profile_label(want) + " ran profile " + r.profile_label(ran);
       return;
     }
-    if (host_logits == nullptr) return;
-    const float* x = host_logits->data<float>();
-    const int64_t n = host_logits->dims.volume();
+    const float* x = host_logits.data();
+    const auto n = static_cast<int64_t>(host_logits.size());
     for (int64_t i = 0; i < n; ++i) {
       if (!std::isfinite(x[i])) {
         problem = "logit " + std::to_string(i) + " of a call on profile " + r.profile_label(want) + " is " +
@@ -172,6 +176,11 @@ int run_bench(std::span<const std::string_view> args) {
         return;
       }
     }
+  };
+  auto check = [&](int32_t want, const Tensor* host_logits) {
+    check_logits(want, host_logits == nullptr
+                           ? std::span<const float>()
+                           : std::span(host_logits->data<float>(), static_cast<size_t>(host_logits->dims.volume())));
   };
 
   // Decode on every profile that accepts one token.
@@ -213,9 +222,22 @@ int run_bench(std::span<const std::string_view> args) {
     const Stats sd = stats(ms);
     std::printf("  the same, logits left in device memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sd.median, sd.p10,
                 sd.p90);
+    // The same steps with the logits in host memory from Engine::allocate_host.
+    ms.clear();
+    for (int64_t i = 0; i < steps + 3; ++i) {
+      double t = 0;
+      must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(p), pinned_logits, &t));
+      if (i >= 3) ms.push_back(t);
+      check_logits(p, std::span(static_cast<const float*>(pinned_logits.data),
+                                static_cast<size_t>(pinned_logits.dims.volume())));
+    }
+    const Stats sp = stats(ms);
+    std::printf("  the same, logits in page-locked host memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sp.median,
+                sp.p10, sp.p90);
     json += std::string(first ? "" : ", ") + "{\"profile\": \"" + table.names[static_cast<size_t>(p)] +
             "\", \"ms\": " + std::to_string(s.median) + ", \"p10\": " + std::to_string(s.p10) +
-            ", \"p90\": " + std::to_string(s.p90) + ", \"device_logits_ms\": " + std::to_string(sd.median) + "}";
+            ", \"p90\": " + std::to_string(s.p90) + ", \"device_logits_ms\": " + std::to_string(sd.median) +
+            ", \"pinned_logits_ms\": " + std::to_string(sp.median) + "}";
     first = false;
     if (p == prefill) {
       decode_on_prefill_ms = s.median;

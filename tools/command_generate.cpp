@@ -38,10 +38,8 @@ token per call (the decode path); with --prefill each log-prob comes from one ca
 the whole prefix ids[0..i-1] (the path a prompt takes, on the profile that fits it).
 )";
 
-int64_t sample(const Tensor& logits, int64_t row, double temperature, int64_t top_k, double top_p,
-               std::mt19937_64& rng) {
-  const int64_t vocab = logits.dims[logits.dims.rank() - 1];
-  const float* x = logits.data<float>() + row * vocab;
+/// The next id from one row of `vocab` logits at x.
+int64_t sample(const float* x, int64_t vocab, double temperature, int64_t top_k, double top_p, std::mt19937_64& rng) {
   if (temperature <= 0) return std::max_element(x, x + vocab) - x;
   std::vector<int64_t> order(static_cast<size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
@@ -149,15 +147,20 @@ int run_generate(std::span<const std::string_view> args) {
       !s.ok()) {
     return fail("generate", s);
   }
+  const int64_t vocab = logits.dims[logits.dims.rank() - 1];
   std::vector<int64_t> generated;
-  int64_t next = sample(logits, logits.dims[1] - 1, temperature, top_k, top_p, rng);
+  int64_t next = sample(logits.data<float>() + (logits.dims.volume() - vocab), vocab, temperature, top_k, top_p, rng);
   generated.push_back(next);
+  // Each step's one row of logits lands in host memory the device writes by DMA.
+  Result<HostMemory> step_memory = runner->engine().allocate_host(vocab * 4);
+  if (!step_memory.ok()) return fail("generate", step_memory.status());
+  TensorView step_logits{step_memory->data(), DataType::kF32, Dims{}, MemoryKind::kHost, vocab * 4};
   while (static_cast<int64_t>(generated.size()) < max_new && std::find(eos.begin(), eos.end(), next) == eos.end()) {
     double ms = 0;
     const int64_t pos = static_cast<int64_t>(ids.size() + generated.size()) - 1;
-    if (Status s = runner->call({next}, pos, decode_request, logits, &ms); !s.ok()) return fail("generate", s);
+    if (Status s = runner->call({next}, pos, decode_request, step_logits, &ms); !s.ok()) return fail("generate", s);
     decode_ms += ms;
-    next = sample(logits, logits.dims[1] - 1, temperature, top_k, top_p, rng);
+    next = sample(static_cast<const float*>(step_logits.data), vocab, temperature, top_k, top_p, rng);
     generated.push_back(next);
   }
   const double prefill_tok_s = static_cast<double>(ids.size()) / (prefill_ms / 1e3);

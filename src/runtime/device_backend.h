@@ -98,6 +98,13 @@ class DeviceBackend {
     (void)bytes;
     return DeviceBuffer(nullptr, [](void*) {});
   }
+  /// Whether host memory [p, p + bytes) is page-locked for this device (allocate_pinned, or
+  /// registered by its owner), so that a copy into it is a DMA with no staging. The default
+  /// (a device whose memory is the host's): false.
+  virtual bool page_locked(const void* p, int64_t bytes) const {
+    (void)p, (void)bytes;
+    return false;
+  }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.

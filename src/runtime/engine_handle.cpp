@@ -287,10 +287,11 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (ran_profile != nullptr) *ran_profile = sel.profile;
     return {};
   }
-  // Each host output lands in page-locked memory (a DMA at full link speed) and is copied
-  // to the caller's after the drain; without it, straight into the caller's memory.
+  // Each host output lands in page-locked memory (a DMA at full link speed): the caller's
+  // own where it is page-locked (Engine::allocate_host), else the session's, copied to the
+  // caller's after the drain; without either, straight into the caller's memory.
   for (HostCopy& c : host_copies) {
-    c.landed = pinned_staging(c.binding, c.bytes);
+    c.landed = engine_->device().page_locked(c.dst, c.bytes) ? nullptr : pinned_staging(c.binding, c.bytes);
     // The network is in flight: never return with it untracked.
     Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst, staging_[c.binding].get(),
                                                    c.bytes, stream);

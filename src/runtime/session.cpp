@@ -5,6 +5,10 @@
 #include "runtime/engine_core.h"
 #include "runtime/engine_handle.h"
 
+#include <algorithm>
+#include <new>
+#include <string>
+
 namespace gearbox {
 
 Result<Engine> Engine::load_file(const std::string& path, const EngineOptions& options) {
@@ -43,6 +47,22 @@ Result<DeviceMemory> Engine::allocate(int64_t bytes) const {
   internal::DeviceBuffer owned = std::move(*buf);
   auto deleter = owned.get_deleter();
   return DeviceMemory(std::shared_ptr<void>(owned.release(), deleter), bytes);
+}
+
+Result<HostMemory> Engine::allocate_host(int64_t bytes) const {
+  if (bytes < 0) return invalid_argument("allocate_host: negative size " + std::to_string(bytes));
+  Result<internal::DeviceBuffer> buf = core_->device().allocate_pinned(bytes);
+  if (!buf.ok()) return buf.status();
+  internal::DeviceBuffer owned = std::move(*buf);
+  if (owned != nullptr) {
+    auto deleter = owned.get_deleter();
+    return HostMemory(std::shared_ptr<void>(owned.release(), deleter), bytes);
+  }
+  // The device gains nothing from page-locked memory (its memory is the host's).
+  constexpr std::align_val_t kAlign{64};
+  void* p = ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, 1)), kAlign, std::nothrow);
+  if (p == nullptr) return resource_exhausted("allocate_host: no memory for " + std::to_string(bytes) + " bytes");
+  return HostMemory(std::shared_ptr<void>(p, [](void* q) { ::operator delete(q, kAlign); }), bytes);
 }
 
 Session::Session(std::unique_ptr<internal::EngineHandle> handle) : handle_(std::move(handle)) {}

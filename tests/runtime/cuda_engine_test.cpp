@@ -262,6 +262,46 @@ TEST(CudaEngine, HostInputsMayBeReusedOnceARunReturns) {
   EXPECT_LT(relative_error({logits.data<float>(), logits.data<float>() + logits.dims.volume()}, got), 1e-6);
 }
 
+TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  TestEngine cuda = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+  TestEngine cpu = make_engine(tiny_config(), decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+  Result<std::shared_ptr<const internal::DeviceBackend>> dev = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(dev.ok());
+  // Room for two rows of 97 logits plus one float, so that a view may start off the base.
+  Result<HostMemory> host = cuda.engine.allocate_host((2 * 97 + 1) * 4);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  EXPECT_TRUE((*dev)->page_locked(host->data(), host->bytes()));
+  std::vector<float> pageable(97);
+  EXPECT_FALSE((*dev)->page_locked(pageable.data(), 97 * 4));
+  EXPECT_FALSE((*dev)->page_locked(host->data(), host->bytes() + 4096)) << "a range running past the allocation";
+  auto* floats = static_cast<float*>(host->data());
+  Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  for (const int offset : {0, 1}) {  // a view at the base, and one 4 bytes in
+    for (const std::vector<int64_t>& ids : {std::vector<int64_t>{5, 9, 40}, std::vector<int64_t>{8}}) {
+      std::fill(floats, floats + 2 * 97 + 1, std::nanf(""));
+      TensorView out{floats + offset, DataType::kF32, Dims(), MemoryKind::kHost, 97 * 4};
+      const TokenInputs in(ids, 0);
+      {
+        auto pin = OptimizationProfileGuard::named(ids.size() == 1 ? "decode" : "prefill");
+        ASSERT_TRUE(gpu->run(in.span(), std::span(&out, 1)).ok());
+      }
+      ASSERT_EQ(out.dims.volume(), 97);
+      const std::vector<float> got(floats + offset, floats + offset + 97);
+      EXPECT_LT(relative_error(got, run(*ref, in, ProfileRequest::named(ids.size() == 1 ? "decode" : "prefill"))), 1e-4)
+          << ids.size() << " tokens, offset " << offset;
+      EXPECT_TRUE(std::isnan(floats[offset == 0 ? 97 : 0])) << "a float outside the view was written";
+    }
+  }
+  // Too little room: an error, and the memory untouched.
+  std::fill(floats, floats + 2 * 97 + 1, 1.5f);
+  TensorView small{floats, DataType::kF32, Dims(), MemoryKind::kHost, 96 * 4};
+  EXPECT_FALSE(gpu->run(TokenInputs({8}, 0).span(), std::span(&small, 1)).ok());
+  EXPECT_EQ(floats[0], 1.5f);
+  EXPECT_EQ(cuda.engine.allocate_host(-1).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   // The host cannot check ids and positions in device memory before enqueueing (it would

@@ -3,7 +3,9 @@
 // file round trip.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -93,6 +95,32 @@ TEST(Engine, DecodeStepsMatchTheReferenceOnEitherProfile) {
       EXPECT_LT(row_error(logits.data<float>(), want[pos]), kLogitTolerance) << decode_profile << " pos " << pos;
     }
   }
+}
+
+TEST(Engine, AllocateHostGivesMemoryARunWritesInto) {
+  const models::Gemma3Config c = tiny_config();
+  TestEngine t = make_engine(c, decode_prefill_profiles(32));
+  const GemmaReference ref(c, t.model);
+  // On the CPU device: ordinary memory, 64-byte aligned, that outputs land in as any host memory.
+  Result<HostMemory> host = t.engine.allocate_host(c.vocab * 4);
+  ASSERT_TRUE(host.ok()) << host.status().to_string();
+  EXPECT_EQ(host->bytes(), c.vocab * 4);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(host->data()) % 64, 0u);
+  auto* floats = static_cast<float*>(host->data());
+  std::fill(floats, floats + c.vocab, std::nanf(""));
+  Result<Session> session = Session::create(t.engine);
+  ASSERT_TRUE(session.ok());
+  const std::vector<int64_t> ids = random_tokens(3, c.vocab, 8);
+  TokenInputs in(ids, 0);
+  TensorView out{floats, DataType::kF32, Dims(), MemoryKind::kHost, host->bytes()};
+  auto pick = OptimizationProfileGuard::automatic();
+  ASSERT_TRUE(session->run(in.span(), std::span(&out, 1)).ok());
+  EXPECT_EQ(out.dims, (Dims{1, 1, c.vocab}));
+  EXPECT_LT(row_error(floats, ref.forward(ids).back()), kLogitTolerance);
+  EXPECT_EQ(t.engine.allocate_host(-1).status().code(), StatusCode::kInvalidArgument);
+  Result<HostMemory> empty = t.engine.allocate_host(0);
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->bytes(), 0);
 }
 
 TEST(Engine, AllLogitsNetworkMatchesTheReferenceAtEveryPosition) {

@@ -1175,6 +1175,20 @@ class CudaBackend final : public DeviceBackend {
     return DeviceBuffer(p, &cuda_free_host);
   }
 
+  bool page_locked(const void* p, int64_t bytes) const override {
+    // Both ends: a caller's buffer lies in one allocation or registration, which is
+    // page-locked throughout or not at all.
+    const auto locked = [](const void* at) {
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      return attr.type == cudaMemoryTypeHost;
+    };
+    return bytes > 0 && locked(p) && locked(static_cast<const char*>(p) + bytes - 1);
+  }
+
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
     {
