@@ -66,6 +66,10 @@ check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --js
 # And the split-KV attention combining its splits in a second kernel instead of in a cluster.
 check env GEARBOX_CUDA_CLUSTER_COMBINE=0 "$gearbox" bench "$work/g1b.gbx" --device cuda \
   --json "$out/bench_1b_no_cluster.json"
+# And an engine whose builder timed only the default GEMV geometry: what tuning the geometry buys.
+check env GEARBOX_CUDA_GEMV_GEOMETRIES=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_default_gemv.gbx" \
+  --device cuda --max-seq 2048 2>/dev/null
+check "$gearbox" bench "$work/g1b_default_gemv.gbx" --device cuda --json "$out/bench_1b_default_gemv.json"
 check env GEARBOX_CUDA_PDL=0 "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --json --device cuda \
   >"$out/score_1b_no_pdl.json"
 python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b_no_pdl.json"
