@@ -1002,13 +1002,36 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   const int64_t q_width = static_cast<int64_t>(a.heads) * D;
   const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
 
-  // Each row's keys [lo, hi) (empty past T or at a bad position).
+  // Each row's keys [lo, hi) (empty past T or at a bad position), and the block's: the union
+  // of its rows' ranges, and whether every key in it is seen by some row (rows at
+  // consecutive positions: a prompt), so that no tile needs `seen` — reduced over the 64
+  // rows by warps 0 and 1, combined after the barrier below.
+  __shared__ int64_t range_s[2][2];
+  __shared__ bool dense_s[2];
   if (tid < kMmaRows) {
     const int64_t t = t0 + tid;
     const int64_t p = t < a.T ? index_at(a.positions, a.pos_i64, t) : -1;
     const bool valid = t < a.T && position_valid(p, a.max_ctx);
-    lo_s[tid] = valid ? window_start(p, a.window) : 0;
-    hi_s[tid] = valid ? p + 1 : 0;
+    const int64_t lo = valid ? window_start(p, a.window) : 0;
+    const int64_t hi = valid ? p + 1 : 0;
+    lo_s[tid] = lo;
+    hi_s[tid] = hi;
+    const int64_t p0 = index_at(a.positions, a.pos_i64, t0);  // row 0 (t0 < T: the block has rows)
+    const int64_t first_hi = position_valid(p0, a.max_ctx) ? p0 + 1 : 0;
+    bool dense = t >= a.T || (first_hi > 0 && hi == first_hi + tid);
+    int64_t begin = hi == 0 ? INT64_MAX : lo;
+    int64_t end = hi;
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      begin = min(begin, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(begin), offset)));
+      end = max(end, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(end), offset)));
+    }
+    dense = __all_sync(0xffffffffu, dense);
+    if (tid % 32 == 0) {
+      range_s[tid / 32][0] = begin;
+      range_s[tid / 32][1] = end;
+      dense_s[tid / 32] = dense;
+    }
   }
   {
     __nv_bfloat16* const dst[1] = {q_s};
@@ -1016,28 +1039,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     stage_rows<kD, kVec4>(dst, src, q_width, D, [&](int c) { return t0 + c < a.T; });
   }
   __syncthreads();
-  // The block's keys: the union of its rows' ranges, and whether every key in it is seen by
-  // some row (rows at consecutive positions: a prompt), so that no tile needs seen_s.
-  int64_t keys_begin = INT64_MAX;
-  int64_t keys_end = 0;
-  bool dense = true;
-  const int64_t first_hi = hi_s[0];
-  for (int r = 0; r < kMmaRows && t0 + r < a.T; ++r) {
-    const int64_t lo = lo_s[r];
-    const int64_t hi = hi_s[r];
-    dense = dense && first_hi > 0 && hi == first_hi + r;
-    if (hi == 0) continue;
-    keys_begin = min(keys_begin, lo);
-    keys_end = max(keys_end, hi);
-  }
+  int64_t keys_begin = min(range_s[0][0], range_s[1][0]);
+  int64_t keys_end = max(range_s[0][1], range_s[1][1]);
+  const bool dense = dense_s[0] && dense_s[1];
   const int split = static_cast<int>(blockIdx.z);
   split_key_range(keys_begin, keys_end, split, splits, kMmaKeys);
 
   const int g = lane / 4;
   const int q4 = lane % 4;
   const int r0 = warp * 16 + g;  // this lane's rows r0 and r0 + 8
-  const int64_t lo[2] = {lo_s[r0], lo_s[r0 + 8]};
-  const int64_t hi[2] = {hi_s[r0], hi_s[r0 + 8]};
+  // This lane's rows' key bounds as 32-bit offsets from keys_begin (the block's keys span at
+  // most max_ctx < 2^31 positions; a row that sees nothing gets an empty range).
+  const auto offset = [&](int64_t k) {
+    return static_cast<int>(min(max(k - keys_begin, int64_t{-1}), int64_t{INT32_MAX}));
+  };
+  const bool valid_row[2] = {hi_s[r0] > 0, hi_s[r0 + 8] > 0};
+  const int lo_o[2] = {offset(lo_s[r0]), offset(lo_s[r0 + 8])};
+  const int hi_o[2] = {valid_row[0] ? offset(hi_s[r0]) : -1, valid_row[1] ? offset(hi_s[r0 + 8]) : -1};
+  const int end_o = offset(keys_end);
   const float scale2 = a.scale * 1.4426950408889634f;  // scores in base-2 units
   float o[kDTiles][4];
 #pragma unroll
@@ -1106,14 +1125,15 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
     }
 
     // Online softmax over the tile, per row (the 4 lanes of a row share its max).
+    const auto j0_o = static_cast<int>(j0 - keys_begin);
     float tile_max[2] = {-CUDART_INF_F, -CUDART_INF_F};
 #pragma unroll
     for (int j = 0; j < kKeyTiles; ++j) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int row = i / 2;
-        const int64_t key = j0 + j * 8 + 2 * q4 + i % 2;
-        s[j][i] = key < keys_end && key >= lo[row] && key < hi[row] ? s[j][i] * scale2 : -CUDART_INF_F;
+        const int key = j0_o + j * 8 + 2 * q4 + i % 2;  // offset from keys_begin
+        s[j][i] = key < end_o && key >= lo_o[row] && key < hi_o[row] ? s[j][i] * scale2 : -CUDART_INF_F;
         tile_max[row] = fmaxf(tile_max[row], s[j][i]);
       }
     }
@@ -1184,17 +1204,24 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
   for (int row = 0; row < 2; ++row) {
     const int64_t t = t0 + r0 + 8 * row;
     if (t >= a.T) continue;
-    const bool valid = hi[row] > 0;
+    const bool valid = valid_row[row];
     const int64_t th = t * a.heads + h;
     float* dst = splits > 1 ? partials + (th * splits + split) * D : a.out + t * q_width + static_cast<int64_t>(h) * D;
     // splits > 1: unnormalized, m in base-2 units as the combine kernel weighs them.
     const float mult = splits > 1 ? 1.0f : (valid ? 1.0f / l[row] : CUDART_NAN_F);
+    // Columns d and d + 1 are this lane's: one 8-byte store where dst is 8-byte aligned and
+    // D is even (the output or the partials may start at any float).
+    const bool paired = D % 2 == 0 && reinterpret_cast<uintptr_t>(dst) % 8 == 0;
 #pragma unroll
     for (int n = 0; n < kDTiles; ++n) {
+      const int d = n * 8 + 2 * q4;
+      if (paired && d < D) {
+        *reinterpret_cast<float2*>(dst + d) = make_float2(o[n][2 * row] * mult, o[n][2 * row + 1] * mult);
+      } else {
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int d = n * 8 + 2 * q4 + i;
-        if (d < D) dst[d] = o[n][2 * row + i] * mult;
+        for (int i = 0; i < 2; ++i) {
+          if (d + i < D) dst[d + i] = o[n][2 * row + i] * mult;
+        }
       }
     }
     if (splits > 1 && q4 == 0) {
