@@ -40,8 +40,8 @@ namespace {
 constexpr int kGemvThreads = 256;
 /// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers; ptxas
 /// takes ~70 on its own, leaving room for 3) keep a third more loads in flight, 2 where a
-/// thread holds 16 chunks (R * U = 16: 80 registers spill); larger M needs the registers for
-/// its M * R accumulators.
+/// thread holds 16 chunks (R * U = 16: 106-121 registers; at 80 they spilled); larger M
+/// needs the registers for its M * R accumulators.
 __host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
   return M == 1 ? (loads <= 8 ? 4 : 2) : (M <= 4 ? 2 : 1);
 }
@@ -135,8 +135,8 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
 
 /// grid: total_blocks blocks of 256 threads, each block serving one target (see the file
 /// comment), so that the target's pointers are uniform over the block. kGated: one target
-/// whose group rows are gate rows o, o + 1 (w[0]) and up rows o, o + 1 (w[1]) for the
-/// outputs o, o + 1 of y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
+/// whose group rows are gate rows o .. o + R/2 - 1 (w[0]) and the same up rows (w[1]) for the
+/// outputs o .. o + R/2 - 1 of y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
 template <typename W, int M, bool kVec, bool kGated, int R, int kUnroll>
 __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)) gemv_kernel(const GemvParams<W> p) {
   static_assert(R >= 1 && (!kGated || R % 2 == 0), "a gated group pairs R / 2 gate rows with R / 2 up rows");
