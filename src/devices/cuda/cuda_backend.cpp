@@ -1076,12 +1076,15 @@ class CudaBackend final : public DeviceBackend {
                                           {kLinearCublasLtAlt + 1, "cublaslt_h1"},
                                           {kLinearCublasLtAlt + 2, "cublaslt_h2"},
                                           {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
-        // Named after kGemvGeometries[1..]: rows per group, chunks per row and pass.
-        static constexpr const char* kGeometryNames[] = {"gemv_r2u2", "gemv_r2u4", "gemv_r2u8", "gemv_r4u4",
-                                                         "gemv_r8u2"};
-        static_assert(std::size(kGeometryNames) + 1 == kGemvGeometryCount);
-        for (uint32_t i = 1; i < kGemvGeometryCount; ++i)
-          linear.push_back({kLinearGemvGeometry + i, kGeometryNames[i - 1]});
+        // gemv_r<rows>u<unroll> for kGemvGeometries[1..] (entry 0 is the default, "gemv").
+        static const std::vector<std::string> names = [] {
+          std::vector<std::string> all;
+          for (const cuda::GemvGeometry& g : cuda::kGemvGeometries) {
+            all.push_back("gemv_r" + std::to_string(g.rows) + "u" + std::to_string(g.unroll));
+          }
+          return all;
+        }();
+        for (uint32_t i = 1; i < kGemvGeometryCount; ++i) linear.push_back({kLinearGemvGeometry + i, names[i].c_str()});
         return linear;
       }
       case OpKind::kAttention:

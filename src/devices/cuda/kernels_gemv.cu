@@ -28,6 +28,7 @@
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <cstdint>
+#include <iterator>
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
@@ -305,21 +306,23 @@ void launch_gemv(const GemvParams<W>& p, bool vec, cudaStream_t stream) {
   }
 }
 
+/// The M = 1 launch of geometry g: kGemvGeometries[I], or a later entry.
+template <typename W, bool kGated, size_t I = 0>
+void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, cudaStream_t stream) {
+  if constexpr (I < std::size(kGemvGeometries)) {
+    constexpr GemvGeometry kG = kGemvGeometries[I];
+    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll>(p, vec, stream);
+    launch_one_row<W, kGated, I + 1>(p, g, vec, stream);
+  }
+}
+
 /// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
 /// entries).
 template <typename W, bool kGated>
 void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, cudaStream_t stream) {
   constexpr int R = kGemvDefaultGeometry.rows;
   constexpr int U = kGemvDefaultGeometry.unroll;
-  if (M == 1) {
-    // One case per entry of kGemvGeometries.
-    if (g == GemvGeometry{2, 2}) return launch_gemv<W, 1, kGated, 2, 2>(p, vec, stream);
-    if (g == GemvGeometry{2, 4}) return launch_gemv<W, 1, kGated, 2, 4>(p, vec, stream);
-    if (g == GemvGeometry{2, 8}) return launch_gemv<W, 1, kGated, 2, 8>(p, vec, stream);
-    if (g == GemvGeometry{4, 4}) return launch_gemv<W, 1, kGated, 4, 4>(p, vec, stream);
-    if (g == GemvGeometry{8, 2}) return launch_gemv<W, 1, kGated, 8, 2>(p, vec, stream);
-    return launch_gemv<W, 1, kGated, R, U>(p, vec, stream);
-  }
+  if (M == 1) return launch_one_row<W, kGated>(p, g, vec, stream);
   switch (M) {
     case 2: launch_gemv<W, 2, kGated, R, U>(p, vec, stream); break;
     case 3: launch_gemv<W, 3, kGated, R, U>(p, vec, stream); break;
