@@ -341,12 +341,29 @@ void bench_attention_prefill(cudaStream_t stream) {
               std::to_string(cuda::attention_prefill_splits(T, heads)) + ")",
           tiled, flop, 1e6, "TFLOP/s");
     const Timing mma = time_launches(stream, 1, [&](int) {
-      CHECK(cuda::attention_prefill_mma(q.as<float>(), kc.as<float>(), vc.as<float>(), pos.ptr, false, out.as<float>(),
-                                        T, heads, kv_heads, hd, max_ctx, 0, 0.0625f, scratch.as<float>(), stream));
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>(), vc.as<float>(), pos.ptr, false,
+                                        out.as<float>(), T, heads, kv_heads, hd, max_ctx, 0, 0.0625f,
+                                        scratch.as<float>(), nullptr, stream));
     });
     print("prefill mma_bf16 T=" + std::to_string(T) + " (splits " +
               std::to_string(cuda::attention_prefill_mma_splits(T, heads)) + ")",
           mma, flop, 1e6, "TFLOP/s");
+    // The prefill step as the engine runs it: the call's rows written to the caches (here
+    // from q's first T rows) by the kernel that converts the rows to bf16.
+    const Timing mma_write = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), q.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                        pos.ptr, false, out.as<float>(), T, heads, kv_heads, hd, max_ctx, 0, 0.0625f,
+                                        scratch.as<float>(), nullptr, stream));
+    });
+    print("prefill mma_bf16 + cache write T=" + std::to_string(T), mma_write, flop, 1e6, "TFLOP/s");
+    const Timing write_then_mma = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::kv_cache_write(q.as<float>(), q.as<float>(), pos.ptr, false, T, width, kc.as<float>(), vc.as<float>(),
+                                 max_ctx, nullptr, stream));
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>(), vc.as<float>(), pos.ptr, false,
+                                        out.as<float>(), T, heads, kv_heads, hd, max_ctx, 0, 0.0625f,
+                                        scratch.as<float>(), nullptr, stream));
+    });
+    print("kv_cache_write, then prefill mma_bf16 T=" + std::to_string(T), write_then_mma, flop, 1e6, "TFLOP/s");
   }
 }
 

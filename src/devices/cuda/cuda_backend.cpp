@@ -275,7 +275,8 @@ class CudaContextState final : public DeviceContextState {
 };
 
 /// GEARBOX_CUDA_FUSION=0 runs every node by itself (for measuring what fusion buys): no fused
-/// chains, and the KV-cache write as its own launch before the split-KV attention.
+/// chains, and the KV-cache write as its own launch before the split-KV and tensor-core
+/// attentions.
 bool fusion_enabled() {
   static const bool enabled = cuda::switch_on("GEARBOX_CUDA_FUSION");
   return enabled;
@@ -395,6 +396,12 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                                                  at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
                           "attention (split-KV)");
       }
+      if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
+        return cuda_check(cuda::attention_prefill_mma(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
+                                                      at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
+                                                      at.scale, static_cast<float*>(a.scratch), fault, stream),
+                          "attention (tensor cores)");
+      }
       GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
                                                               net.max_context, fault, stream),
                                          "kv_cache_write"));
@@ -405,10 +412,11 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma) {
-        return cuda_check(cuda::attention_prefill_mma(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
-                                                      at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                                      static_cast<float*>(a.scratch), stream),
-                          "attention (tensor cores)");
+        return cuda_check(
+            cuda::attention_prefill_mma(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
+                                        at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
+                                        static_cast<float*>(a.scratch), nullptr, stream),
+            "attention (tensor cores)");
       }
       return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,

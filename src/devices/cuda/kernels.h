@@ -187,12 +187,16 @@ int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t k
 /// softmax weights are rounded to bf16, so outputs differ from attention_prefill's by up to
 /// ~1e-2 of the values' scale: a kernel for bf16 engines. Where head_dim % 8 == 0 a first
 /// kernel writes the cache rows the queries see as bf16 into the scratch, and the attention
-/// copies its tiles from there asynchronously. Same arguments and limits as
+/// copies its tiles from there asynchronously.
+/// k_new, v_new [T, kv_heads * head_dim] (both or neither): the new tokens' rows, written to
+/// the caches first as kv_cache_write would (by that first kernel, which converts them on the
+/// way, where they are 16-byte aligned); a position outside [0, max_ctx) then writes nothing
+/// and sets *error_flag (nullable). Otherwise the same arguments and limits as
 /// attention_prefill; scratch: attention_prefill_mma_scratch_floats(T, ...) floats.
-cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const float* v_cache, const void* positions,
-                                  bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int64_t max_ctx, int64_t window, float scale, float* scratch,
-                                  cudaStream_t stream);
+cudaError_t attention_prefill_mma(const float* q, const float* k_new, const float* v_new, float* k_cache,
+                                  float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
+                                  float scale, float* scratch, int* error_flag, cudaStream_t stream);
 
 // ---- elementwise (n elements, f32) --------------------------------------------------------------
 /// out = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).

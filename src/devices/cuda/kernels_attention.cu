@@ -914,27 +914,11 @@ __device__ __forceinline__ void stage_rows_async(__nv_bfloat16* dst, const __nv_
 constexpr int kToBf16Threads = 256;
 constexpr int kToBf16Blocks = 2 * 132;
 
-/// Rows [lo, hi) of both caches as bf16 (k16, v16: [max_ctx, width]), where lo and hi bound
-/// the keys the call's queries see (read from the positions on the device): the tensor-core
-/// prefill then copies its tiles with cp.async instead of converting them on the way.
-/// width % 8 == 0, caches 16-byte aligned. grid: kToBf16Blocks blocks of 256 threads, each
-/// finding lo and hi itself (T positions from L2) and converting a strided share of 8-element
-/// chunks.
-__global__ void __launch_bounds__(kToBf16Threads)
-    kv_rows_to_bf16_kernel(const float* k_cache, const float* v_cache, const void* positions, bool pos_i64, int64_t T,
-                           int64_t window, int64_t max_ctx, int64_t width, __nv_bfloat16* k16, __nv_bfloat16* v16) {
+/// lo = the minimum and hi = the maximum of the kToBf16Threads threads' values, in every
+/// thread of the block (one barrier).
+__device__ __forceinline__ void block_key_range(int64_t& lo, int64_t& hi) {
   __shared__ int64_t lo_s[kToBf16Threads / 32];
   __shared__ int64_t hi_s[kToBf16Threads / 32];
-  allow_next_kernel();
-  // Positions are an input of the network, never written by its kernels: read before waiting.
-  int64_t lo = INT64_MAX;
-  int64_t hi = 0;
-  for (int64_t t = threadIdx.x; t < T; t += kToBf16Threads) {
-    const int64_t p = index_at(positions, pos_i64, t);
-    if (!position_valid(p, max_ctx)) continue;
-    lo = min(lo, window_start(p, window));
-    hi = max(hi, p + 1);
-  }
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) {
     lo = min(lo, static_cast<int64_t>(__shfl_xor_sync(0xffffffffu, static_cast<long long>(lo), offset)));
@@ -950,6 +934,28 @@ __global__ void __launch_bounds__(kToBf16Threads)
     lo = min(lo, lo_s[w]);
     hi = max(hi, hi_s[w]);
   }
+}
+
+/// Rows [lo, hi) of both caches as bf16 (k16, v16: [max_ctx, width]), where lo and hi bound
+/// the keys the call's queries see (read from the positions on the device): the tensor-core
+/// prefill then copies its tiles with cp.async instead of converting them on the way.
+/// width % 8 == 0, caches 16-byte aligned. grid: kToBf16Blocks blocks of 256 threads, each
+/// finding lo and hi itself (T positions from L2) and converting a strided share of 8-element
+/// chunks.
+__global__ void __launch_bounds__(kToBf16Threads)
+    kv_rows_to_bf16_kernel(const float* k_cache, const float* v_cache, const void* positions, bool pos_i64, int64_t T,
+                           int64_t window, int64_t max_ctx, int64_t width, __nv_bfloat16* k16, __nv_bfloat16* v16) {
+  allow_next_kernel();
+  // Positions are an input of the network, never written by its kernels: read before waiting.
+  int64_t lo = INT64_MAX;
+  int64_t hi = 0;
+  for (int64_t t = threadIdx.x; t < T; t += kToBf16Threads) {
+    const int64_t p = index_at(positions, pos_i64, t);
+    if (!position_valid(p, max_ctx)) continue;
+    lo = min(lo, window_start(p, window));
+    hi = max(hi, p + 1);
+  }
+  block_key_range(lo, hi);
   wait_for_prior_kernels();  // the cache rows of this call were just written
   if (hi <= lo) return;
   const int64_t chunks = (hi - lo) * width / 8;
@@ -965,6 +971,87 @@ __global__ void __launch_bounds__(kToBf16Threads)
         make_uint4(pack_bf16(k0.x, k0.y), pack_bf16(k0.z, k0.w), pack_bf16(k1.x, k1.y), pack_bf16(k1.z, k1.w));
     *reinterpret_cast<uint4*>(v16 + at) =
         make_uint4(pack_bf16(v0.x, v0.y), pack_bf16(v0.z, v0.w), pack_bf16(v1.x, v1.y), pack_bf16(v1.z, v1.w));
+  }
+}
+
+/// kv_cache_write and kv_rows_to_bf16_kernel in one launch, for the tensor-core prefill given
+/// the call's new rows (k_new, v_new [T, width]): each new row goes to its cache row in f32
+/// and to k16 / v16 in bf16, both from k_new / v_new, and the rows of [lo, hi) that the call
+/// does not write are converted from the caches. When the positions are a run p0, p0 + 1, ...
+/// (a prompt) those are [lo, p0); otherwise each chunk of [lo, hi) first looks for its row
+/// among the call's T positions (a scan from L1: the rare shape). A position outside
+/// [0, max_ctx) writes nothing and sets *error_flag. width % 8 == 0; k_new, v_new and the
+/// caches 16-byte aligned. grid: up to kToBf16Blocks blocks of 256 threads, each finding lo,
+/// hi and the run itself and taking a strided share of the 8-element chunks.
+__global__ void __launch_bounds__(kToBf16Threads)
+    kv_write_rows_to_bf16_kernel(const float* k_new, const float* v_new, const void* positions, bool pos_i64, int64_t T,
+                                 int64_t window, int64_t max_ctx, int64_t width, float* k_cache, float* v_cache,
+                                 __nv_bfloat16* k16, __nv_bfloat16* v16, int* error_flag) {
+  allow_next_kernel();
+  // Positions are an input of the network, never written by its kernels: read before waiting.
+  const int tid = static_cast<int>(threadIdx.x);
+  const int64_t p0 = index_at(positions, pos_i64, 0);
+  int64_t lo = INT64_MAX;
+  int64_t hi = 0;
+  bool run = true;
+  bool bad = false;
+  for (int64_t t = tid; t < T; t += kToBf16Threads) {
+    const int64_t p = index_at(positions, pos_i64, t);
+    run = run && p == p0 + t;
+    if (!position_valid(p, max_ctx)) {
+      bad = true;
+      continue;
+    }
+    lo = min(lo, window_start(p, window));
+    hi = max(hi, p + 1);
+  }
+  block_key_range(lo, hi);
+  run = __syncthreads_and(run && !bad) != 0;
+  bad = __syncthreads_or(bad) != 0;
+  wait_for_prior_kernels();  // k_new / v_new were just written; earlier kernels read the caches
+  if (bad && blockIdx.x == 0 && tid == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
+  const int64_t row_chunks = width / 8;
+  const int64_t new_chunks = T * row_chunks;
+  const int64_t old_rows = hi > lo ? (run ? p0 : hi) - lo : 0;  // run: lo <= p0
+  const int64_t total = new_chunks + old_rows * row_chunks;
+  const auto written_by_call = [&](int64_t j) {
+    for (int64_t t = 0; t < T; ++t) {
+      if (index_at(positions, pos_i64, t) == j) return true;
+    }
+    return false;
+  };
+  for (int64_t e = static_cast<int64_t>(blockIdx.x) * kToBf16Threads + tid; e < total;
+       e += static_cast<int64_t>(gridDim.x) * kToBf16Threads) {
+    float4 k[2];
+    float4 v[2];
+    int64_t at;
+    if (e < new_chunks) {
+      const int64_t t = e / row_chunks;
+      const int64_t p = index_at(positions, pos_i64, t);
+      if (!position_valid(p, max_ctx)) continue;
+      const int64_t from = t * width + 8 * (e % row_chunks);
+      at = p * width + 8 * (e % row_chunks);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        k[i] = __ldg(reinterpret_cast<const float4*>(k_new + from) + i);
+        v[i] = __ldg(reinterpret_cast<const float4*>(v_new + from) + i);
+        reinterpret_cast<float4*>(k_cache + at)[i] = k[i];
+        reinterpret_cast<float4*>(v_cache + at)[i] = v[i];
+      }
+    } else {
+      const int64_t j = lo + (e - new_chunks) / row_chunks;
+      if (!run && written_by_call(j)) continue;
+      at = j * width + 8 * ((e - new_chunks) % row_chunks);
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        k[i] = __ldg(reinterpret_cast<const float4*>(k_cache + at) + i);
+        v[i] = __ldg(reinterpret_cast<const float4*>(v_cache + at) + i);
+      }
+    }
+    *reinterpret_cast<uint4*>(k16 + at) = make_uint4(pack_bf16(k[0].x, k[0].y), pack_bf16(k[0].z, k[0].w),
+                                                     pack_bf16(k[1].x, k[1].y), pack_bf16(k[1].z, k[1].w));
+    *reinterpret_cast<uint4*>(v16 + at) = make_uint4(pack_bf16(v[0].x, v[0].y), pack_bf16(v[0].z, v[0].w),
+                                                     pack_bf16(v[1].x, v[1].y), pack_bf16(v[1].z, v[1].w));
   }
 }
 
@@ -1442,11 +1529,12 @@ int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t k
          prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits);
 }
 
-cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const float* v_cache, const void* positions,
-                                  bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, int64_t max_ctx, int64_t window, float scale, float* scratch,
-                                  cudaStream_t stream) {
-  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
+cudaError_t attention_prefill_mma(const float* q, const float* k_new, const float* v_new, float* k_cache,
+                                  float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
+                                  float scale, float* scratch, int* error_flag, cudaStream_t stream) {
+  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess ||
+      (k_new == nullptr) != (v_new == nullptr)) {
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
@@ -1456,14 +1544,28 @@ cudaError_t attention_prefill_mma(const float* q, const float* k_cache, const fl
   const int splits = attention_prefill_mma_splits(T, heads);
   const int64_t kv_floats = mma_kv_floats(kv_heads, head_dim, max_ctx);
   if (scratch == nullptr && (splits > 1 || kv_floats > 0)) return cudaErrorInvalidValue;
+  const int64_t width = kv_heads * head_dim;
   // The rows the queries see as bf16 first (16-byte chunks: head_dim % 8 == 0), then the
-  // attention copies its tiles from there.
+  // attention copies its tiles from there; given the new rows, one kernel also writes them
+  // to the caches.
   __nv_bfloat16* k16 = nullptr;
   __nv_bfloat16* v16 = nullptr;
   if (kv_floats > 0 && aligned16(k_cache) && aligned16(v_cache) && aligned16(scratch)) {
-    const int64_t width = kv_heads * head_dim;
     k16 = reinterpret_cast<__nv_bfloat16*>(scratch);
     v16 = k16 + max_ctx * width;
+  }
+  const bool fused_write = k_new != nullptr && k16 != nullptr && aligned16(k_new) && aligned16(v_new);
+  if (k_new != nullptr && !fused_write) {
+    const cudaError_t written =
+        kv_cache_write(k_new, v_new, positions, pos_i64, T, width, k_cache, v_cache, max_ctx, error_flag, stream);
+    if (written != cudaSuccess) return written;
+  }
+  if (fused_write) {
+    const int64_t chunks = (T + max_ctx) * width / 8;  // at most: T new rows and max_ctx rows seen
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (chunks + 255) / 256));
+    launch_kernel(kv_write_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_new, v_new, positions, pos_i64, T,
+                  window, max_ctx, width, k_cache, v_cache, k16, v16, error_flag);
+  } else if (k16 != nullptr) {
     const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (max_ctx * width / 8 + 255) / 256));
     launch_kernel(kv_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_cache, v_cache, positions, pos_i64, T,
                   window, max_ctx, width, k16, v16);

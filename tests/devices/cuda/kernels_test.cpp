@@ -1020,8 +1020,9 @@ std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c,
                                  c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
                                  error_flag, stream);
   } else if (kernel == AttentionKernel::kPrefillMma) {
-    err = cuda::attention_prefill_mma(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads,
-                                      c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
+    err = cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
+                                      c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(),
+                                      error_flag, stream);
   } else {
     err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
                                   c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
@@ -1219,9 +1220,13 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
                                                            out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
       << "heads not a multiple of kv_heads";
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::attention_prefill_mma(out.get(), out.get(), out.get(), d_pos.get(), false, out.get(), 1, 4, 1, 300,
-                                        kMaxCtx, 0, 1.0f, out.get(), stream_))
+            cuda::attention_prefill_mma(out.get(), nullptr, nullptr, out.get(), out.get(), d_pos.get(), false,
+                                        out.get(), 1, 4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), nullptr, stream_))
       << "head_dim above 256";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::attention_prefill_mma(out.get(), out.get(), nullptr, out.get(), out.get(), d_pos.get(), false,
+                                        out.get(), 1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), nullptr, stream_))
+      << "k_new without v_new";
 }
 
 // The tensor-core prefill rounds q, k, v and the softmax weights to bf16. With q, k, v that
@@ -1295,15 +1300,89 @@ TEST_F(CudaKernels, AttentionPrefillMmaCopiesOrConvertsItsTilesToTheSameBits) {
       for (int shift = 0; shift < 2; ++shift) {
         Floats out = Floats::poisoned(T * c.heads * c.head_dim);
         Floats partials = Floats::poisoned(scratch + 1);
-        CUDA_CHECK(cuda::attention_prefill_mma(
-            d_q.get(), kc.get(), vc.get(), d_pos.get(), true, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx,
-            c.window, 1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get() + shift, stream_));
+        CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), d_pos.get(), true,
+                                               out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
+                                               1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get() + shift,
+                                               nullptr, stream_));
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         ASSERT_TRUE(out.guard_intact() && partials.guard_intact());
         outs[shift] = out.download();
       }
       EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0)
           << attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads));
+    }
+  }
+}
+
+// Given the new rows, the tensor-core prefill writes them to the caches in the kernel that
+// converts the rows its queries see to bf16: outputs and caches must be what kv_cache_write
+// followed by the attention leaves. The new rows hold NaN in the caches before the call, so
+// converting them from there instead of from k_new / v_new would show. Positions: prompts
+// from 0, a chunk after filled rows (700), a run from 3, two runs with a gap (each row of the
+// gap's range checked against the call's positions), one position out of range (flagged,
+// nothing written for it); k_new one float off 16 bytes takes kv_cache_write + the
+// attention (as head_dim 12 does).
+TEST_F(CudaKernels, AttentionPrefillMmaWithNewRowsEqualsCacheWriteThenAttention) {
+  std::vector<int64_t> gap = iota(10, 20);
+  for (int64_t p : iota(300, 20)) gap.push_back(p);
+  const std::vector<int64_t> bad = {5, 6, kMaxCtx, 8};
+  const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    size_t differ = a.size() == b.size() ? 0 : 1;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      differ += !(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])));
+    }
+    return differ;
+  };
+  for (const AttentionCase& c : kAttentionCases) {
+    for (const std::vector<int64_t>& pos : {iota(0, 7), iota(0, 129), iota(700, 65), iota(3, 300), gap, bad}) {
+      const auto T = static_cast<int64_t>(pos.size());
+      const int64_t width = c.kv_heads * c.head_dim;
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 98);
+      const std::vector<float> k_new = random_floats(T * width, 99), v_new = random_floats(T * width, 100);
+      const std::vector<int64_t> in_range = pos == bad ? std::vector<int64_t>{5, 6, 8} : pos;
+      std::vector<float> kc = make_cache(c, in_range, 101), vc = make_cache(c, in_range, 102);
+      std::vector<float> kc_want = kc, vc_want = vc;
+      for (int64_t t = 0; t < T; ++t) {
+        if (pos[t] >= kMaxCtx) continue;
+        std::fill_n(kc.begin() + pos[t] * width, width, kNaN);
+        std::fill_n(vc.begin() + pos[t] * width, width, kNaN);
+        std::copy_n(k_new.begin() + t * width, width, kc_want.begin() + pos[t] * width);
+        std::copy_n(v_new.begin() + t * width, width, vc_want.begin() + pos[t] * width);
+      }
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+      const int64_t scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
+      Indices d_pos(true, pos);
+      Floats d_q(q);
+      // The reference: the attention alone over the caches as kv_cache_write leaves them.
+      Floats ref_kc(kc_want), ref_vc(vc_want);
+      Floats ref_out = Floats::poisoned(T * c.heads * c.head_dim);
+      Floats ref_scratch = Floats::poisoned(std::max<int64_t>(1, scratch));
+      CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, ref_kc.get(), ref_vc.get(), d_pos.get(), true,
+                                             ref_out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
+                                             scale, ref_scratch.get(), nullptr, stream_));
+      sync();
+      const std::vector<float> want = ref_out.download();
+      for (int shift = 0; shift < 2; ++shift) {
+        std::vector<float> k_in(static_cast<size_t>(shift), 0.0f), v_in(static_cast<size_t>(shift), 0.0f);
+        k_in.insert(k_in.end(), k_new.begin(), k_new.end());
+        v_in.insert(v_in.end(), v_new.begin(), v_new.end());
+        Floats d_kc(kc), d_vc(vc), d_k_new(k_in), d_v_new(v_in);
+        Floats out = Floats::poisoned(T * c.heads * c.head_dim);
+        Floats d_scratch = Floats::poisoned(std::max<int64_t>(1, scratch));
+        CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), d_k_new.get() + shift, d_v_new.get() + shift, d_kc.get(),
+                                               d_vc.get(), d_pos.get(), true, out.get(), T, c.heads, c.kv_heads,
+                                               c.head_dim, kMaxCtx, c.window, scale, d_scratch.get(), flag(), stream_));
+        EXPECT_EQ(take_flag(), pos == bad ? 1 : 0);
+        sync();
+        const std::string what = attention_name("attention_prefill_mma with new rows", c, pos,
+                                                cuda::attention_prefill_mma_splits(T, c.heads)) +
+                                 (shift != 0 ? " (k_new unaligned)" : "");
+        EXPECT_EQ(same(out.download(), want), 0u) << what << ": outputs differ from cache write + attention";
+        EXPECT_EQ(same(d_kc.download(), kc_want) + same(d_vc.download(), vc_want), 0u)
+            << what << ": cache elements not as kv_cache_write leaves them";
+        EXPECT_TRUE(out.guard_intact() && d_kc.guard_intact() && d_vc.guard_intact() && d_scratch.guard_intact())
+            << what;
+      }
     }
   }
 }
