@@ -407,6 +407,69 @@ void bench_gemm(cudaStream_t stream) {
   }
 }
 
+/// A fused QKV linear (Gemma-3-1B: q 1024, k 256, v 256 rows, K = 1152) as the engine runs it
+/// (x converted once, one GEMM per output, each with its best heuristic of 8) against one GEMM
+/// over the three weights stored one after another (1536 rows): what merging them would save.
+void bench_qkv_merge(cudaStream_t stream) {
+  gearbox::Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  check_status(gemm.status(), "CublasLtGemm::create");
+  std::printf("\n== fused QKV linear on cuBLASLt: three GEMMs vs one over contiguous weights ==\n");
+  constexpr int64_t K = 1152;
+  constexpr int64_t kRows[3] = {1024, 256, 256};
+  constexpr int64_t kTotal = 1536;
+  const int copies = copies_for(kTotal * K * 2);
+  DeviceMemory w(static_cast<size_t>(kTotal * K * 2) * copies);
+  fill_bf16(w.as<__nv_bfloat16>(), kTotal * K * copies, 8);
+  for (int64_t M : {128, 512}) {
+    DeviceMemory x(static_cast<size_t>(M * K) * 4), y(static_cast<size_t>(M * kTotal) * 4),
+        scratch(static_cast<size_t>(cuda::CublasLtGemm::scratch_bytes(M, K, DataType::kBF16)));
+    fill_f32(x.as<float>(), M * K, 9);
+    const auto best_algo = [&](int64_t N, int64_t rows_offset) {
+      std::vector<cublasLtMatmulHeuristicResult_t> algos;
+      check_status((*gemm)->heuristics(M, N, K, DataType::kBF16, 8, &algos), "heuristics");
+      cublasLtMatmulAlgo_t best{};
+      double best_us = 1e30;
+      for (const auto& a : algos) {
+        const Timing t = time_launches(stream, copies, [&](int i) {
+          check_status((*gemm)->run_converted(&a.algo, scratch.ptr,
+                                              w.as<__nv_bfloat16>() + ((i % copies) * kTotal + rows_offset) * K,
+                                              DataType::kBF16, nullptr, y.as<float>(), M, N, K, stream),
+                       "run_converted");
+        });
+        if (t.median_us < best_us) {
+          best_us = t.median_us;
+          best = a.algo;
+        }
+      }
+      return best;
+    };
+    const cublasLtMatmulAlgo_t q = best_algo(kRows[0], 0), kv = best_algo(kRows[1], kRows[0]),
+                               merged = best_algo(kTotal, 0);
+    const double flops = 2.0 * static_cast<double>(M * kTotal * K);
+    const Timing three = time_launches(stream, copies, [&](int i) {
+      check_status(cuda::CublasLtGemm::convert_input(x.as<float>(), DataType::kBF16, M, K, scratch.ptr, stream),
+                   "convert");
+      int64_t row = 0;
+      for (int o = 0; o < 3; ++o) {
+        check_status((*gemm)->run_converted(o == 0 ? &q : &kv, scratch.ptr,
+                                            w.as<__nv_bfloat16>() + ((i % copies) * kTotal + row) * K, DataType::kBF16,
+                                            nullptr, y.as<float>() + M * row, M, kRows[o], K, stream),
+                     "run_converted");
+        row += kRows[o];
+      }
+    });
+    print("qkv M=" + std::to_string(M) + ": conversion + three GEMMs", three, flops, 1e6, "TFLOP/s");
+    const Timing one = time_launches(stream, copies, [&](int i) {
+      check_status(cuda::CublasLtGemm::convert_input(x.as<float>(), DataType::kBF16, M, K, scratch.ptr, stream),
+                   "convert");
+      check_status((*gemm)->run_converted(&merged, scratch.ptr, w.as<__nv_bfloat16>() + (i % copies) * kTotal * K,
+                                          DataType::kBF16, nullptr, y.as<float>(), M, kTotal, K, stream),
+                   "run_converted");
+    });
+    print("qkv M=" + std::to_string(M) + ": conversion + one GEMM of 1536 rows", one, flops, 1e6, "TFLOP/s");
+  }
+}
+
 // ---- the whole-step decode kernel --------------------------------------------------------------
 
 /// decode_layers at the Gemma-3-1B shape (26 layers, bf16, 5 of 6 layers sliding over 512
@@ -608,6 +671,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "attention") bench_attention(stream);
   if (only.empty() || only == "prefill") bench_attention_prefill(stream);
   if (only.empty() || only == "gemm") bench_gemm(stream);
+  if (only.empty() || only == "gemm" || only == "qkv") bench_qkv_merge(stream);
   if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
   if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
   CHECK(cudaStreamDestroy(stream));

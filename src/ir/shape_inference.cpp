@@ -165,6 +165,23 @@ int64_t tensor_bytes(const Dims& dims, DataType dtype) noexcept {
   return v * size;
 }
 
+bool linear_weights_stacked(const Network& network, const Node& node) noexcept {
+  const size_t outs = node.outputs.size();
+  if (node.kind != OpKind::kLinear || outs < 2 || node.weights.size() < outs) return false;
+  const auto weight = [&](size_t o) -> const WeightInfo& {
+    return network.weights[static_cast<size_t>(node.weights[o])];
+  };
+  for (size_t o = 1; o < outs; ++o) {
+    const WeightInfo& prev = weight(o - 1);
+    const WeightInfo& w = weight(o);
+    if (w.dtype != prev.dtype || w.dims.rank() != 2 || prev.dims.rank() != 2 || w.dims[1] != prev.dims[1] ||
+        w.offset != prev.offset + prev.bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
 Status check_input_dims(const Network& network, size_t input, const Dims& dims) {
   const InputSpec& spec = network.inputs[input];
   const std::string& tname = network.tensors[static_cast<size_t>(spec.tensor)].name;

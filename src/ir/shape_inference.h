@@ -28,4 +28,11 @@ int64_t row_count(const Dims& dims) noexcept;
 /// Bytes of one tensor of `dims` in `dtype`; saturates at INT64_MAX.
 int64_t tensor_bytes(const Dims& dims, DataType dtype) noexcept;
 
+/// Whether a linear node of two or more outputs has its weights W_0, W_1, ... one after
+/// another in the weight payload (same dtype and K, each starting where the previous one
+/// ends), so that they are one [sum N_i, K] matrix a device may multiply by at once. The
+/// Gemma-3 builder lays out q/k/v and gate/up so wherever their sizes are multiples of the
+/// payload's 64-byte alignment.
+bool linear_weights_stacked(const Network& network, const Node& node) noexcept;
+
 }  // namespace gearbox::ir

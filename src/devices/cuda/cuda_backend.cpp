@@ -36,8 +36,10 @@ using ir::OpKind;
 // dependent launch, the gated GEMV, the split prefill attention. 3: the tensor-core prefill
 // attention, and tactics ranked by device time (time_node). 4: the split prefill
 // attentions' row-wise combine (both prefill tactics' times change). 5: the tensor-core
-// prefill attention copies bf16 tiles asynchronously (its time changes).
-constexpr int kKernelsVersion = 6;
+// prefill attention copies bf16 tiles asynchronously (its time changes). 6: GEMV geometries
+// (tactics kLinearGemvGeometry + i). 7: one GEMM over a multi-output linear's stacked weights
+// (tactics kLinearStacked + i), and the tensor-core prefill writes the new cache rows itself.
+constexpr int kKernelsVersion = 7;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
@@ -47,6 +49,10 @@ constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [
 constexpr int kAltAlgos = 3;
 constexpr uint32_t kLinearGemvGeometry = 10;  // + i: gemv with cuda::kGemvGeometries[i], i >= 1 (M = 1 only)
 constexpr uint32_t kGemvGeometryCount = std::size(cuda::kGemvGeometries);
+// + i: one GEMM (cuBLASLt's i-th heuristic, i in [0, kAltAlgos]) over the stacked weights of
+// a multi-output linear (ir::linear_weights_stacked: fused QKV, gate+up) into the scratch,
+// then split_columns writes each output (+ bias); 16-bit weights only.
+constexpr uint32_t kLinearStacked = 200;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
 constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
@@ -55,6 +61,7 @@ constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
 bool is_gemv(uint32_t tactic) {
   return tactic == kLinearGemv || (tactic > kLinearGemvGeometry && tactic < kLinearGemvGeometry + kGemvGeometryCount);
 }
+bool is_stacked(uint32_t tactic) { return tactic >= kLinearStacked && tactic <= kLinearStacked + kAltAlgos; }
 cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
   return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
 }
@@ -275,8 +282,8 @@ class CudaContextState final : public DeviceContextState {
 };
 
 /// GEARBOX_CUDA_FUSION=0 runs every node by itself (for measuring what fusion buys): no fused
-/// chains, and the KV-cache write as its own launch before the split-KV and tensor-core
-/// attentions.
+/// chains, the KV-cache write as its own launch before the split-KV and tensor-core
+/// attentions, and no stacked-weight GEMMs offered to the builder.
 bool fusion_enabled() {
   static const bool enabled = cuda::switch_on("GEARBOX_CUDA_FUSION");
   return enabled;
@@ -298,6 +305,19 @@ Status by_weight_type(DataType type, F&& f) {
     case DataType::kF16: return f(__half{});
     default: return internal_error("integer weights");
   }
+}
+
+/// Where a kLinearStacked tactic's GEMM output starts in the scratch: after the converted x.
+int64_t stacked_output_offset(int64_t m, int64_t k, DataType type) {
+  return (cuda::CublasLtGemm::scratch_bytes(m, k, type) + 255) / 256 * 256;
+}
+
+/// Whether a linear may take the kLinearStacked tactics.
+bool stackable(const Network& net, const Node& node) {
+  const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
+  return (type == DataType::kBF16 || type == DataType::kF16) &&
+         node.outputs.size() <= static_cast<size_t>(cuda::kColumnSplitMaxTargets) &&
+         ir::linear_weights_stacked(net, node);
 }
 
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
@@ -366,6 +386,25 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       const bool shared_input = (outs > 1 || input_in_scratch) && type != DataType::kF32;
       if (shared_input && !input_in_scratch) {
         GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
+      }
+      if (is_stacked(tactic)) {
+        // One GEMM of sum N_i rows into the scratch after the converted x, then the columns.
+        cuda::ColumnSplit split{};
+        split.count = static_cast<int>(outs);
+        int64_t total = 0;
+        for (size_t o = 0; o < outs; ++o) {
+          if (weights.ptr[wid(o)] != static_cast<const char*>(weights.ptr[wid(0)]) + total * k * data_type_size(type)) {
+            return internal_error("linear weights not stacked on the device");
+          }
+          split.targets[o] = {out(o), bias(o), wdims(o)[0]};
+          total += wdims(o)[0];
+        }
+        auto* y = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + stacked_output_offset(m, k, type));
+        Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, total, k, type, tactic - kLinearStacked);
+        if (!algo.ok()) return algo.status();
+        GEARBOX_RETURN_IF_ERROR(
+            state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, stream));
+        return cuda_check(cuda::split_columns(y, m, split, stream), "linear (stacked weights): split_columns");
       }
       for (size_t o = 0; o < outs; ++o) {
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
@@ -1083,7 +1122,11 @@ class CudaBackend final : public DeviceBackend {
                                           {kLinearGemv, "gemv"},
                                           {kLinearCublasLtAlt + 1, "cublaslt_h1"},
                                           {kLinearCublasLtAlt + 2, "cublaslt_h2"},
-                                          {kLinearCublasLtAlt + 3, "cublaslt_h3"}};
+                                          {kLinearCublasLtAlt + 3, "cublaslt_h3"},
+                                          {kLinearStacked, "cublaslt_stacked"},
+                                          {kLinearStacked + 1, "cublaslt_stacked_h1"},
+                                          {kLinearStacked + 2, "cublaslt_stacked_h2"},
+                                          {kLinearStacked + 3, "cublaslt_stacked_h3"}};
         // gemv_r<rows>u<unroll> for kGemvGeometries[1..] (entry 0 is the default, "gemv").
         static const std::vector<std::string> names = [] {
           std::vector<std::string> all;
@@ -1112,6 +1155,7 @@ class CudaBackend final : public DeviceBackend {
           static const bool geometries = cuda::switch_on("GEARBOX_CUDA_GEMV_GEOMETRIES");
           return geometries && ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) == 1;
         }
+        if (is_stacked(tactic)) return fusion_enabled() && stackable(net, node);
         return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
@@ -1126,7 +1170,15 @@ class CudaBackend final : public DeviceBackend {
     const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
     if (node.kind == OpKind::kLinear && !is_gemv(tactic)) {
       const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
-      return cuda::CublasLtGemm::scratch_bytes(ir::row_count(x), x[x.rank() - 1], type);
+      const int64_t m = ir::row_count(x), k = x[x.rank() - 1];
+      if (is_stacked(tactic)) {
+        int64_t total = 0;
+        for (size_t o = 0; o < node.outputs.size(); ++o) {
+          total += net.weights[static_cast<size_t>(node.weights[o])].dims[0];
+        }
+        return stacked_output_offset(m, k, type) + m * total * 4;
+      }
+      return cuda::CublasLtGemm::scratch_bytes(m, k, type);
     }
     if (node.kind == OpKind::kAttention) {
       const int64_t t = x[0] * x[1];

@@ -207,6 +207,21 @@ cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
 /// y[r, :] += bias for each of `rows` rows of y [rows, n] (the GEMM's bias).
 cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+/// One output of split_columns: out [rows, n] (+ bias [n], nullable).
+struct ColumnTarget {
+  float* out;
+  const float* bias;
+  int64_t n;
+};
+inline constexpr int kColumnSplitMaxTargets = 4;
+struct ColumnSplit {
+  ColumnTarget targets[kColumnSplitMaxTargets];
+  int count;
+};
+/// y [rows, sum n_i] -> out_i [rows, n_i] = the columns of target i (+ its bias): the outputs
+/// of a multi-output linear computed as one GEMM over its stacked weights. 1..4 targets, each
+/// n_i >= 1; no out_i may overlap y.
+cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, cudaStream_t stream);
 /// x [batch, T, F] -> y [batch, F]: the last position of each sequence. T >= 1.
 cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream);
 /// y[i] = W(x[i]), round to nearest even (the GEMM's activation conversion; W = float copies).

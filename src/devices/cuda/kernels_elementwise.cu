@@ -4,6 +4,7 @@
 //   embedding      ids [count], table [vocab, hidden] W  -> out [count, hidden] f32
 //   gelu/silu_mul  gate, up [n] -> out [n]           add  a, b [n] -> out [n]
 //   add_bias_rows  y [rows, n] += bias [n]           take_last  x [B, T, F] -> y [B, F]
+//   split_columns  y [rows, sum n_i] -> out_i [rows, n_i] (+ bias_i)
 //   convert_f32_to x [n] f32 -> y [n] W
 //   gated_activation_to  gate, up [n] f32 -> out [n] W (gelu/silu_mul, then the conversion)
 //
@@ -116,6 +117,45 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+/// out_i[r, c] = y[r, first_i + c] (+ bias_i[c]) for the targets of `split`. kVec: every n_i
+/// % 4 == 0 and every pointer 16-byte aligned, so a float4 of y never spans two targets.
+/// grid-stride over rows * (total / E) chunks of E = 4 or 1 floats.
+template <bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    split_columns_kernel(const float* y, int64_t rows, const ColumnSplit split) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
+  constexpr int E = kVec ? 4 : 1;
+  int64_t total = 0;
+#pragma unroll
+  for (int i = 0; i < kColumnSplitMaxTargets; ++i) total += i < split.count ? split.targets[i].n : 0;
+  const int64_t row_chunks = total / E;
+  for (int64_t e = global_thread(); e < rows * row_chunks; e += grid_threads()) {
+    const int64_t r = e / row_chunks;
+    int64_t c = (e % row_chunks) * E;
+    // The target holding column c; constant indices only, so `split` stays in the param space.
+    ColumnTarget t = split.targets[0];
+#pragma unroll
+    for (int i = 1; i < kColumnSplitMaxTargets; ++i) {
+      if (i < split.count && c >= t.n) {
+        c -= t.n;
+        t = split.targets[i];
+      }
+    }
+    float* dst = t.out + r * t.n + c;
+    if constexpr (kVec) {
+      float4 v = reinterpret_cast<const float4*>(y)[e];
+      if (t.bias != nullptr) {
+        const float4 b = *reinterpret_cast<const float4*>(t.bias + c);
+        v = make_float4(v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w);
+      }
+      *reinterpret_cast<float4*>(dst) = v;
+    } else {
+      *dst = y[e] + (t.bias != nullptr ? t.bias[c] : 0.0f);
+    }
+  }
+}
+
 // ---- conversion ----------------------------------------------------------------------------------
 
 /// y[i] = W(x[i]); kVec: float4 loads and 4-element stores, then the tail.
@@ -210,6 +250,25 @@ cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, 
 
 cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
   return launch_binary<Add>(a, b, out, n, stream);
+}
+
+cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, cudaStream_t stream) {
+  if (rows < 0 || split.count < 1 || split.count > kColumnSplitMaxTargets) return cudaErrorInvalidValue;
+  int64_t total = 0;
+  bool vec = aligned16(y);
+  for (int i = 0; i < split.count; ++i) {
+    const ColumnTarget& t = split.targets[i];
+    if (t.n < 1 || t.out == nullptr) return cudaErrorInvalidValue;
+    total += t.n;
+    vec = vec && t.n % 4 == 0 && aligned16(t.out) && (t.bias == nullptr || aligned16(t.bias));
+  }
+  if (rows == 0) return cudaSuccess;
+  if (vec) {
+    launch_kernel(split_columns_kernel<true>, blocks_for(rows * total / 4), kThreads, 0, stream, y, rows, split);
+  } else {
+    launch_kernel(split_columns_kernel<false>, blocks_for(rows * total), kThreads, 0, stream, y, rows, split);
+  }
+  return cudaGetLastError();
 }
 
 cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {

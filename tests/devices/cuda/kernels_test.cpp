@@ -1506,6 +1506,61 @@ TEST_F(CudaKernels, TakeLastAndBiasRows) {
   EXPECT_TRUE(d_y.guard_intact());
 }
 
+// A stacked GEMM's output y [rows, sum n_i] split into its outputs, each with its bias or
+// none: widths that are multiples of 4 (float4 copies) and not (the scalar path), one to
+// four targets, rows 1..33, and a y one float off 16 bytes (scalar).
+TEST_F(CudaKernels, SplitColumnsCopiesEachTargetsColumnsAndBias) {
+  const std::vector<std::vector<int64_t>> widths = {{4}, {1024, 256, 256}, {8, 12}, {5, 3, 7, 1}, {16, 4, 8, 4}};
+  for (const std::vector<int64_t>& n : widths) {
+    for (int64_t rows : {1, 3, 33}) {
+      for (int lead : {0, 1}) {
+        int64_t total = 0;
+        for (int64_t w : n) total += w;
+        const std::vector<float> y_host = random_floats(lead + rows * total, 130);
+        Floats y(y_host);
+        std::vector<Floats> outs, biases;
+        std::vector<std::vector<float>> bias_host;
+        cuda::ColumnSplit split{};
+        split.count = static_cast<int>(n.size());
+        for (size_t i = 0; i < n.size(); ++i) {
+          outs.push_back(Floats::poisoned(rows * n[i]));
+          bias_host.push_back(i % 2 == 0 ? random_floats(n[i], 131 + static_cast<uint32_t>(i)) : std::vector<float>{});
+          biases.emplace_back(bias_host[i].empty() ? std::vector<float>{0.0f} : bias_host[i]);
+        }
+        for (size_t i = 0; i < n.size(); ++i) {
+          split.targets[i] = {outs[i].get(), bias_host[i].empty() ? nullptr : biases[i].get(), n[i]};
+        }
+        ASSERT_EQ(cudaSuccess, cuda::split_columns(y.get() + lead, rows, split, stream_));
+        sync();
+        int64_t first = 0;
+        for (size_t i = 0; i < n.size(); ++i) {
+          std::vector<float> want;
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < n[i]; ++c) {
+              want.push_back(y_host[static_cast<size_t>(lead + r * total + first + c)] +
+                             (bias_host[i].empty() ? 0.0f : bias_host[i][static_cast<size_t>(c)]));
+            }
+          }
+          const std::string what =
+              "split_columns " +
+              shape(
+                  {{"rows", rows}, {"target", static_cast<int64_t>(i)}, {"n", n[i]}, {"total", total}, {"lead", lead}});
+          EXPECT_TRUE(close(what, outs[i].download(), want, {0, 0}));
+          EXPECT_TRUE(outs[i].guard_intact()) << what;
+          first += n[i];
+        }
+      }
+    }
+  }
+  Floats y(std::vector<float>(8, 1.0f)), out = Floats::poisoned(8);
+  cuda::ColumnSplit none{};
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, none, stream_)) << "no target";
+  cuda::ColumnSplit empty{};
+  empty.count = 1;
+  empty.targets[0] = {out.get(), nullptr, 0};
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, empty, stream_)) << "a target of no columns";
+}
+
 TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
   for (int64_t n : {1, 5, 4096, 4099}) {
     for (int lead : {0, 1}) {
