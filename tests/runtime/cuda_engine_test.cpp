@@ -99,8 +99,10 @@ TEST(CudaEngine, Bf16LogitsMatchTheCpuDevice) {
 
 // A multi-output linear with stacked weights (ir::linear_weights_stacked: the builder lays
 // out q/k/v and gate/up one after another) may run as one GEMM over them followed by a
-// column split, or as one GEMM per output. Both, forced on every such linear of the
-// prefill profile (the tuner picks by time), give the CPU's logits.
+// column split (for the QKV, whose q and k feed the per-head norm + RoPE chain, that chain
+// reads them from the stacked output and copies v out of it), or as one GEMM per output.
+// Both, forced on every such linear of the prefill profile (the tuner picks by time), give
+// the CPU's logits.
 TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);

@@ -216,6 +216,11 @@ struct Step {
   std::vector<size_t> nodes;
   // kNormAddNorm: its last norm is read only by the next step's first node, a linear.
   bool feeds_linear = false;
+  // kSingle, a linear of three outputs (q, k, v) with stacked weights and no bias, whose q
+  // and k are read only by the next step, a kHeadNormRope of both: with a kLinearStacked
+  // tactic that step reads q and k from the stacked GEMM's output and copies v out of it
+  // (no split_columns launch).
+  bool stacked_into_head_norm = false;
 };
 
 /// A network's decoder layers as the whole-step decode kernel runs them (match_whole_step):
@@ -322,8 +327,10 @@ bool stackable(const Network& net, const Node& node) {
 
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
 /// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
+/// stacked_out (a linear with a kLinearStacked tactic): the stacked GEMM's output [M, sum N_i]
+/// is left in the scratch for the next step and its address stored here; no split.
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
-                     cudaStream_t stream, bool input_in_scratch = false) {
+                     cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   auto in_dims = [&](size_t i) -> const Dims& { return a.dims[static_cast<size_t>(node.inputs[i])]; };
@@ -404,6 +411,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         if (!algo.ok()) return algo.status();
         GEARBOX_RETURN_IF_ERROR(
             state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, stream));
+        if (stacked_out != nullptr) {
+          *stacked_out = y;
+          return {};
+        }
         return cuda_check(cuda::split_columns(y, m, split, stream), "linear (stacked weights): split_columns");
       }
       for (size_t o = 0; o < outs; ++o) {
@@ -568,6 +579,19 @@ std::vector<Step> plan_steps(const Network& net) {
       steps.push_back({Step::kSingle, {i}});
       i += 1;
     }
+  }
+  for (size_t st = 0; fuse && st + 1 < steps.size(); ++st) {
+    const Step& next = steps[st + 1];
+    if (steps[st].kind != Step::kSingle || next.kind != Step::kHeadNormRope || next.nodes.size() != 4) continue;
+    const Node& linear = net.nodes[steps[st].nodes[0]];
+    const Node& q_norm = net.nodes[next.nodes[0]];
+    const Node& k_norm = net.nodes[next.nodes[1]];
+    const auto read_once = [&](int32_t t) { return readers[static_cast<size_t>(t)] == 1; };
+    steps[st].stacked_into_head_norm =
+        linear.kind == OpKind::kLinear && linear.outputs.size() == 3 && linear.attrs.has_bias == 0 &&
+        ir::linear_weights_stacked(net, linear) && q_norm.inputs[0] == linear.outputs[0] &&
+        k_norm.inputs[0] == linear.outputs[1] && read_once(linear.outputs[0]) && read_once(linear.outputs[1]) &&
+        net.weights[static_cast<size_t>(linear.weights[2])].dims[0] % q_norm.attrs.head_dim == 0;
   }
   return steps;
 }
@@ -852,11 +876,24 @@ Status run_whole_step(const WholeStep& m, const NetworkLaunch& launch, const Cud
   return cuda_check(err, "decode layers (whole-step kernel)");
 }
 
+/// A stacked QKV linear's output left in the scratch (run_cuda_node's stacked_out) for the
+/// kHeadNormRope step after it (Step::stacked_into_head_norm): y [M, row], q, k and v side
+/// by side.
+struct StackedQkv {
+  const float* y = nullptr;
+  int64_t row = 0;     // Nq + Nk + Nv floats
+  int64_t k_col = 0;   // Nq
+  int64_t v_col = 0;   // Nq + Nk
+  float* v = nullptr;  // the linear's v output, which the step copies out of y
+  int64_t v_heads = 0;
+};
+
 /// A fused chain. into_gemm_input (a kNormAddNorm step, norm_writes_gemm_input): the last
 /// norm goes into the scratch, rounded to the weights' type, as the next linear's GEMM input;
-/// its f32 output is never stored.
+/// its f32 output is never stored. qkv (a kHeadNormRope step of q and k): they are read from
+/// the stacked output, and v is copied out of it in the same launch.
 Status run_fused(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
-                 cudaStream_t stream, bool into_gemm_input = false) {
+                 cudaStream_t stream, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
   auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
   const Node& first = net.nodes[step.nodes[0]];
@@ -866,7 +903,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
     using W = decltype(tag);
     if (step.kind == Step::kHeadNormRope) {
       const size_t pairs = step.nodes.size() / 2;
-      cuda::HeadNormRope<W> parts[2];
+      cuda::HeadNormRope<W> parts[cuda::kHeadNormRopeMaxParts];
       const Node& rope0 = net.nodes[step.nodes[pairs]];
       const Dims& x0 = a.dims[static_cast<size_t>(rope0.inputs[0])];
       for (size_t p = 0; p < pairs; ++p) {
@@ -880,11 +917,19 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                     rope.attrs.scale,
                     weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
       }
+      size_t count = pairs;
+      if (qkv != nullptr) {
+        parts[0].x = qkv->y;
+        parts[1].x = qkv->y + qkv->k_col;
+        parts[0].x_row_stride = parts[1].x_row_stride = qkv->row;
+        parts[2] = {qkv->y + qkv->v_col, nullptr, qkv->v, qkv->v_heads, 0.0f, 0.0f, nullptr, qkv->row};
+        count = 3;
+      }
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
-          cuda::head_norm_rope<W>(parts, static_cast<int>(pairs), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
+          cuda::head_norm_rope<W>(parts, static_cast<int>(count), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
                                   norm.head_dim, norm.eps, norm.weight_offset, fault, stream),
-          "rms_norm + rope (fused)");
+          qkv != nullptr ? "rms_norm + rope (fused, from the stacked QKV output)" : "rms_norm + rope (fused)");
     }
     const Node& add = net.nodes[step.nodes[1]];
     const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
@@ -997,7 +1042,23 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
     scratch_input =
         norm_writes_gemm_input(net, weights, step, i + 1 < steps.size() ? &steps[i + 1] : nullptr, launch.tactics);
     if (step.kind == Step::kSingle) {
-      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch);
+      // A stacked QKV linear whose output the next step (the q / k norms and RoPE) reads.
+      const bool defer = step.stacked_into_head_norm && is_stacked(launch.tactics[n]);
+      const float* stacked = nullptr;
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch, defer ? &stacked : nullptr);
+      if (s.ok() && defer) {
+        const Node& linear = net.nodes[n];
+        const auto rows = [&](size_t o) { return net.weights[static_cast<size_t>(linear.weights[o])].dims[0]; };
+        const int64_t head_dim = net.nodes[steps[i + 1].nodes[0]].attrs.head_dim;
+        const StackedQkv qkv{stacked,
+                             rows(0) + rows(1) + rows(2),
+                             rows(0),
+                             rows(0) + rows(1),
+                             static_cast<float*>(args.tensors[static_cast<size_t>(linear.outputs[2])]),
+                             rows(2) / head_dim};
+        ++i;
+        s = run_fused(net, weights, steps[i], args, stream, false, &qkv);
+      }
     } else if (step.kind != Step::kGatedLinear) {
       s = run_fused(net, weights, step, args, stream, scratch_input);
     } else if (is_gemv(launch.tactics[n])) {

@@ -241,7 +241,10 @@ cudaError_t spin(int64_t microseconds, cudaStream_t stream);
 // ---- fused chains (the CUDA device's decode path; each equals its unfused sequence) ----------
 /// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk
 /// with w [head_dim] (RMSNorm, as rms_norm), then rotated as rope() with theta and
-/// position_scale; y may alias x.
+/// position_scale, into y [T, heads * head_dim]; y may alias x. x's rows may lie
+/// x_row_stride floats apart (a column block of a wider matrix, e.g. q in a stacked QKV
+/// linear's output; 0: heads * head_dim). w null: y is a copy of x (no norm, no rotation:
+/// v carried out of the same matrix).
 template <typename W>
 struct HeadNormRope {
   const float* x;
@@ -253,10 +256,13 @@ struct HeadNormRope {
   /// [head_dim / 2]: inv_freq_i as cpu::rope_inv_freq computes it (device memory), or null to
   /// compute each (a double-precision pow per pair and token).
   const float* inv_freq = nullptr;
+  int64_t x_row_stride = 0;
 };
-/// rms_norm(head_dim) + rope for up to two tensors (q and k) of one layer in one launch: one
-/// warp per (token, head). head_dim even, <= 1024; eps and offset are the norms'. A negative
-/// position poisons its rows with NaN and sets *error_flag, as rope() does.
+inline constexpr int kHeadNormRopeMaxParts = 3;
+/// rms_norm(head_dim) + rope for up to three tensors (q, k, and a copied v) of one layer in
+/// one launch: one block per (token, head). head_dim even, <= 1024; eps and offset are the
+/// norms'. A negative position poisons its normed rows with NaN and sets *error_flag, as
+/// rope() does.
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
                            int64_t head_dim, float eps, float offset, int* error_flag, cudaStream_t stream);

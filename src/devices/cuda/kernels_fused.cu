@@ -1,6 +1,7 @@
 // Fused chains of the CUDA device, for the decode step where launches, not bytes, cost:
 //
-//   head_norm_rope  per-head RMSNorm then RoPE, for q and k of one layer in one launch
+//   head_norm_rope  per-head RMSNorm then RoPE, for q and k of one layer in one launch (and
+//                   v copied out of a stacked QKV output)
 //   norm_add_norm   post-norm + residual add + the next pre-norm, one pass over a row
 //
 // Each computes what its unfused sequence computes (same order of operations per element;
@@ -21,7 +22,7 @@ namespace {
 // ---- head_norm_rope ----------------------------------------------------------------------------
 
 constexpr int kHeadThreads = 128;  // one rotation pair (i, i + half) per thread, looping past 128
-constexpr int kMaxParts = 2;
+constexpr int kMaxParts = kHeadNormRopeMaxParts;
 
 template <typename W>
 struct Parts {
@@ -46,17 +47,24 @@ __global__ void __launch_bounds__(kHeadThreads)
   allow_next_kernel();
   wait_for_prior_kernels();
   const int64_t block = blockIdx.x;
-  // Two parts at most, chosen without a dynamic index (which would copy the parameters
+  // Three parts at most, chosen without a dynamic index (which would copy the parameters
   // to local memory).
-  const bool second = count == 2 && block >= parts.first_block[1];
-  const HeadNormRope<W> P = second ? parts.p[1] : parts.p[0];
-  const int64_t local = block - (second ? parts.first_block[1] : 0);
+  static_assert(kMaxParts == 3);
+  const bool second = count >= 2 && block >= parts.first_block[1];
+  const bool third = count == 3 && block >= parts.first_block[2];
+  const HeadNormRope<W> P = third ? parts.p[2] : second ? parts.p[1] : parts.p[0];
+  const int64_t local = block - (third ? parts.first_block[2] : second ? parts.first_block[1] : 0);
   const int64_t t = local / P.heads;
   const int64_t h = local % P.heads;
   const int tid = static_cast<int>(threadIdx.x);
   const int half = head_dim / 2;
-  const float* x = P.x + (t * P.heads + h) * head_dim;
+  const int64_t x_row = P.x_row_stride > 0 ? P.x_row_stride : P.heads * head_dim;
+  const float* x = P.x + t * x_row + h * head_dim;
   float* y = P.y + (t * P.heads + h) * head_dim;
+  if (P.w == nullptr) {  // a copied part (uniform over the block)
+    for (int i = tid; i < head_dim; i += kHeadThreads) y[i] = x[i];
+    return;
+  }
   const int64_t pos = index_at(positions, pos_i64, t);
 
   float sum = 0.0f;
@@ -199,7 +207,9 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   Parts<W> args{};
   args.first_block[0] = 0;
   for (int i = 0; i < count; ++i) {
-    if (parts[i].heads <= 0) return cudaErrorInvalidValue;
+    if (parts[i].heads <= 0 || (parts[i].x_row_stride != 0 && parts[i].x_row_stride < parts[i].heads * head_dim)) {
+      return cudaErrorInvalidValue;
+    }
     args.p[i] = parts[i];
     args.first_block[i + 1] = args.first_block[i] + T * parts[i].heads;
   }

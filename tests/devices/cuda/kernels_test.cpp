@@ -520,6 +520,51 @@ TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
   }
 }
 
+// The q and k of a stacked QKV linear's output y [T, Nq + Nk + Nv] (rows Nq + Nk + Nv floats
+// apart) give what the same rows give as contiguous tensors, and a part without weights
+// copies v out of y: bit for bit, with 1 and 3 KV heads and head_dim 8 and 256.
+TEST_F(CudaKernels, HeadNormRopeReadsAStackedOutputAndCopiesV) {
+  for (int64_t hd : {8, 256}) {
+    for (int64_t kv_heads : {1, 3}) {
+      const int64_t T = 7, q_heads = 6, nq = q_heads * hd, nk = kv_heads * hd, row = nq + 2 * nk;
+      const std::vector<float> y_host = random_floats(T * row, 21, -3.0f, 3.0f);
+      std::vector<float> q, k, v;
+      for (int64_t t = 0; t < T; ++t) {
+        const auto at = y_host.begin() + t * row;
+        q.insert(q.end(), at, at + nq);
+        k.insert(k.end(), at + nq, at + nq + nk);
+        v.insert(v.end(), at + nq + nk, at + row);
+      }
+      Floats y(y_host), d_q(q), d_k(k), w(random_floats(hd, 22));
+      Floats out_q = Floats::poisoned(T * nq), out_k = Floats::poisoned(T * nk), out_v = Floats::poisoned(T * nk);
+      Floats ref_q = Floats::poisoned(T * nq), ref_k = Floats::poisoned(T * nk);
+      Indices pos(false, iota(40, T));
+      const cuda::HeadNormRope<float> stacked[3] = {
+          {y.get(), w.get(), out_q.get(), q_heads, 1e4f, 1.0f, nullptr, row},
+          {y.get() + nq, w.get(), out_k.get(), kv_heads, 1e6f, 1.0f, nullptr, row},
+          {y.get() + nq + nk, nullptr, out_v.get(), kv_heads, 0, 0, nullptr, row}};
+      const cuda::HeadNormRope<float> separate[2] = {{d_q.get(), w.get(), ref_q.get(), q_heads, 1e4f, 1.0f},
+                                                     {d_k.get(), w.get(), ref_k.get(), kv_heads, 1e6f, 1.0f}};
+      ASSERT_EQ(cudaSuccess,
+                cuda::head_norm_rope<float>(stacked, 3, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), stream_));
+      ASSERT_EQ(cudaSuccess,
+                cuda::head_norm_rope<float>(separate, 2, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), stream_));
+      EXPECT_EQ(take_flag(), 0);
+      const std::string what = "head_norm_rope from a stacked output " + shape({{"hd", hd}, {"kv_heads", kv_heads}});
+      EXPECT_TRUE(close(what + " q", out_q.download(), ref_q.download(), {0, 0}));
+      EXPECT_TRUE(close(what + " k", out_k.download(), ref_k.download(), {0, 0}));
+      EXPECT_TRUE(close(what + " v", out_v.download(), v, {0, 0}));
+      EXPECT_TRUE(out_q.guard_intact() && out_k.guard_intact() && out_v.guard_intact() && y.guard_intact()) << what;
+    }
+  }
+  Floats x(random_floats(64, 23)), yy = Floats::poisoned(64), w(random_floats(8, 24));
+  Indices pos(false, {0, 1});
+  const cuda::HeadNormRope<float> narrow{x.get(), w.get(), yy.get(), 2, 1e4f, 1.0f, nullptr, 15};
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::head_norm_rope<float>(&narrow, 1, pos.get(), false, 2, 8, 1e-6f, 1.0f, nullptr, stream_))
+      << "rows closer together than heads * head_dim";
+}
+
 TEST_F(CudaKernels, HeadNormRopeWithAPositionScaleEqualsTheUnfusedKernels) {
   const int64_t T = 5, heads = 4, hd = 256;
   const std::vector<float> x = random_floats(T * heads * hd, 17, -2.0f, 2.0f);
