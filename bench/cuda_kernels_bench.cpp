@@ -11,8 +11,8 @@
 // and net of that floor, which is closer to what a launch costs inside a decode graph.
 //
 //   cuda_kernels_bench            # all groups
-//   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | decode_layers |
-//                                 #            graph_launch
+//   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | qkv | gate_up |
+//                                 #            decode_layers | graph_launch
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -470,6 +470,79 @@ void bench_qkv_merge(cudaStream_t stream) {
   }
 }
 
+/// A prefill's gated MLP front (Gemma-3-1B: gate and up 6912 rows each, K = 1152, x already
+/// converted) as the engine ran it before kernels 8 (a GEMM per output writing f32, then the
+/// activation reading f32 and writing the down GEMM's bf16 input) against the GEMMs writing
+/// bf16 (one per output, or one over the stacked weights) and the activation reading bf16.
+/// Each GEMM takes its best of 8 heuristics for its output type.
+void bench_gate_up(cudaStream_t stream) {
+  gearbox::Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  check_status(gemm.status(), "CublasLtGemm::create");
+  std::printf("\n== gated MLP front on cuBLASLt: f32 vs bf16 gate / up outputs ==\n");
+  constexpr int64_t K = 1152, N = 6912;
+  const int copies = copies_for(2 * N * K * 2);
+  DeviceMemory w(static_cast<size_t>(2 * N * K * 2) * copies);
+  fill_bf16(w.as<__nv_bfloat16>(), 2 * N * K * copies, 8);
+  const auto weights = [&](int i, int64_t o) { return w.as<__nv_bfloat16>() + ((i % copies) * 2 + o) * N * K; };
+  for (int64_t M : {128, 512}) {
+    DeviceMemory x(static_cast<size_t>(M * K) * 2), y(static_cast<size_t>(M * 2 * N) * 4),
+        act(static_cast<size_t>(M * N) * 2);
+    CHECK(cudaMemset(x.ptr, 0x3c, static_cast<size_t>(M * K) * 2));  // bf16 ~0.011
+    const auto best_algo = [&](int64_t n, DataType out) {
+      std::vector<cublasLtMatmulHeuristicResult_t> algos;
+      check_status((*gemm)->heuristics(M, n, K, DataType::kBF16, 8, &algos, out), "heuristics");
+      cublasLtMatmulAlgo_t best{};
+      double best_us = 1e30;
+      for (const auto& a : algos) {
+        const Timing t = time_launches(stream, copies, [&](int i) {
+          check_status(out == DataType::kF32 ? (*gemm)->run_converted(&a.algo, x.ptr, weights(i, 0), DataType::kBF16,
+                                                                      nullptr, y.as<float>(), M, n, K, stream)
+                                             : (*gemm)->run_converted_rounded(&a.algo, x.ptr, weights(i, 0),
+                                                                              DataType::kBF16, y.ptr, M, n, K, stream),
+                       "gemm");
+        });
+        if (t.median_us < best_us) {
+          best_us = t.median_us;
+          best = a.algo;
+        }
+      }
+      return best;
+    };
+    const cublasLtMatmulAlgo_t f32 = best_algo(N, DataType::kF32), rounded = best_algo(N, DataType::kBF16),
+                               stacked = best_algo(2 * N, DataType::kBF16);
+    const double flops = 2.0 * static_cast<double>(M * 2 * N * K);
+    auto* out = act.as<__nv_bfloat16>();
+    const std::string name = "gate/up M=" + std::to_string(M) + ": ";
+    const Timing before = time_launches(stream, copies, [&](int i) {
+      for (int64_t o = 0; o < 2; ++o) {
+        check_status((*gemm)->run_converted(&f32, x.ptr, weights(i, o), DataType::kBF16, nullptr,
+                                            y.as<float>() + o * M * N, M, N, K, stream),
+                     "run_converted");
+      }
+      CHECK(cuda::gated_activation_to(y.as<float>(), y.as<float>() + M * N, cuda::GatedActivation::kGeluTanh, out,
+                                      M * N, stream));
+    });
+    print(name + "two f32 GEMMs + activation", before, flops, 1e6, "TFLOP/s");
+    const auto* y16 = static_cast<const __nv_bfloat16*>(y.ptr);
+    const Timing two = time_launches(stream, copies, [&](int i) {
+      for (int64_t o = 0; o < 2; ++o) {
+        check_status((*gemm)->run_converted_rounded(&rounded, x.ptr, weights(i, o), DataType::kBF16,
+                                                    y.as<__nv_bfloat16>() + o * M * N, M, N, K, stream),
+                     "run_converted_rounded");
+      }
+      CHECK(cuda::gated_activation_rows(y16, y16 + M * N, N, cuda::GatedActivation::kGeluTanh, out, M, N, stream));
+    });
+    print(name + "two bf16 GEMMs + activation", two, flops, 1e6, "TFLOP/s");
+    const Timing one = time_launches(stream, copies, [&](int i) {
+      check_status(
+          (*gemm)->run_converted_rounded(&stacked, x.ptr, weights(i, 0), DataType::kBF16, y.ptr, M, 2 * N, K, stream),
+          "run_converted_rounded");
+      CHECK(cuda::gated_activation_rows(y16, y16 + N, 2 * N, cuda::GatedActivation::kGeluTanh, out, M, N, stream));
+    });
+    print(name + "one stacked bf16 GEMM + activation", one, flops, 1e6, "TFLOP/s");
+  }
+}
+
 // ---- the whole-step decode kernel --------------------------------------------------------------
 
 /// decode_layers at the Gemma-3-1B shape (26 layers, bf16, 5 of 6 layers sliding over 512
@@ -672,6 +745,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "prefill") bench_attention_prefill(stream);
   if (only.empty() || only == "gemm") bench_gemm(stream);
   if (only.empty() || only == "gemm" || only == "qkv") bench_qkv_merge(stream);
+  if (only.empty() || only == "gemm" || only == "gate_up") bench_gate_up(stream);
   if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
   if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
   CHECK(cudaStreamDestroy(stream));

@@ -66,6 +66,11 @@ check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --js
 # And the split-KV attention combining its splits in a second kernel instead of in a cluster.
 check env GEARBOX_CUDA_CLUSTER_COMBINE=0 "$gearbox" bench "$work/g1b.gbx" --device cuda \
   --json "$out/bench_1b_no_cluster.json"
+# And an engine built and run with the gate / up GEMMs writing f32: what 16-bit outputs buy.
+check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_f32_gate_up.gbx" \
+  --device cuda --max-seq 2048 2>/dev/null
+check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" bench "$work/g1b_f32_gate_up.gbx" --device cuda \
+  --json "$out/bench_1b_f32_gate_up.json"
 # And an engine whose builder timed only the default GEMV geometry: what tuning the geometry buys.
 check env GEARBOX_CUDA_GEMV_GEOMETRIES=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_default_gemv.gbx" \
   --device cuda --max-seq 2048 2>/dev/null

@@ -101,61 +101,68 @@ TEST(CudaEngine, Bf16LogitsMatchTheCpuDevice) {
 // out q/k/v and gate/up one after another) may run as one GEMM over them followed by a
 // column split (for the QKV, whose q and k feed the per-head norm + RoPE chain, that chain
 // reads them from the stacked output and copies v out of it), or as one GEMM per output.
-// Both, forced on every such linear of the prefill profile (the tuner picks by time), give
-// the CPU's logits.
+// A gated MLP's gate / up GEMMs write bf16 outputs where their rows are whole 16-byte
+// chunks. Both, forced on every such linear of the prefill profile (the tuner picks by time),
+// give the CPU's logits.
 TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
   ASSERT_TRUE(device.ok());
-  models::Gemma3Config c = tiny_config();
-  c.dtype = DataType::kBF16;
-  models::RandomWeights random(11);
-  Result<models::BuiltModel> model = models::build_gemma3(c, random);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const ir::Network& net = model->network;
-  internal::BuildOptions options;
-  options.device = DeviceKind::kCuda;
-  Result<format::EngineDesc> desc = internal::build_engine(net, decode_prefill_profiles(32), model->payload, options);
-  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
-  const auto tactic_id = [&](const ir::Node& node, const std::string& name) {
-    for (const internal::TacticInfo& t : (*device)->tactics(node)) {
-      if (name == t.name) return t.id;
-    }
-    ADD_FAILURE() << "no tactic " << name;
-    return uint32_t{0};
-  };
-  TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
-  const TokenInputs prompt({2, 17, 40, 5, 66, 81, 9, 13, 50}, 0);
-  for (const char* linear : {"cublaslt_stacked", "cublaslt"}) {
-    SCOPED_TRACE(linear);
-    Result<Session> ref = Session::create(cpu.engine);
-    ASSERT_TRUE(ref.ok());
-    format::EngineDesc forced = *desc;
-    int stacked = 0;
-    format::ProfileTactics& prefill = forced.tactic_tables[0].profiles[1];
-    for (size_t n = 0; n < net.nodes.size(); ++n) {
-      if (!ir::linear_weights_stacked(net, net.nodes[n])) continue;
-      prefill.tactic_per_node[n] = tactic_id(net.nodes[n], linear);
-      ++stacked;
-    }
-    EXPECT_EQ(stacked, 2 * c.layers) << "each layer's QKV and gate+up linears have stacked weights";
-    Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced, model->payload);
-    ASSERT_TRUE(bytes.ok());
-    EngineOptions load;
-    load.device = DeviceKind::kCuda;
-    Result<Engine> engine = Engine::load_buffer(*bytes, load);
-    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    Result<Session> gpu = Session::create(*engine);
-    ASSERT_TRUE(gpu.ok());
-    EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
-                             run(*ref, prompt, ProfileRequest::named("prefill"))),
-              2e-2);
-    for (int64_t pos = 9; pos < 12; ++pos) {
-      const TokenInputs step({(pos * 7) % 97}, pos);
-      EXPECT_LT(relative_error(run(*gpu, step, ProfileRequest::named("prefill")),
-                               run(*ref, step, ProfileRequest::named("prefill"))),
-                2e-2)
-          << "position " << pos;
+  // intermediate 48: the gate / up GEMMs write 16-bit outputs that the activation reads;
+  // 44 (rows not whole 16-byte chunks): f32 outputs.
+  for (const int64_t intermediate : {48, 44}) {
+    SCOPED_TRACE("intermediate " + std::to_string(intermediate));
+    models::Gemma3Config c = tiny_config();
+    c.dtype = DataType::kBF16;
+    c.intermediate = intermediate;
+    models::RandomWeights random(11);
+    Result<models::BuiltModel> model = models::build_gemma3(c, random);
+    ASSERT_TRUE(model.ok()) << model.status().to_string();
+    const ir::Network& net = model->network;
+    internal::BuildOptions options;
+    options.device = DeviceKind::kCuda;
+    Result<format::EngineDesc> desc = internal::build_engine(net, decode_prefill_profiles(32), model->payload, options);
+    ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+    const auto tactic_id = [&](const ir::Node& node, const std::string& name) {
+      for (const internal::TacticInfo& t : (*device)->tactics(node)) {
+        if (name == t.name) return t.id;
+      }
+      ADD_FAILURE() << "no tactic " << name;
+      return uint32_t{0};
+    };
+    TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+    const TokenInputs prompt({2, 17, 40, 5, 66, 81, 9, 13, 50}, 0);
+    for (const char* linear : {"cublaslt_stacked", "cublaslt"}) {
+      SCOPED_TRACE(linear);
+      Result<Session> ref = Session::create(cpu.engine);
+      ASSERT_TRUE(ref.ok());
+      format::EngineDesc forced = *desc;
+      int stacked = 0;
+      format::ProfileTactics& prefill = forced.tactic_tables[0].profiles[1];
+      for (size_t n = 0; n < net.nodes.size(); ++n) {
+        if (!ir::linear_weights_stacked(net, net.nodes[n])) continue;
+        prefill.tactic_per_node[n] = tactic_id(net.nodes[n], linear);
+        ++stacked;
+      }
+      EXPECT_EQ(stacked, 2 * c.layers) << "each layer's QKV and gate+up linears have stacked weights";
+      Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced, model->payload);
+      ASSERT_TRUE(bytes.ok());
+      EngineOptions load;
+      load.device = DeviceKind::kCuda;
+      Result<Engine> engine = Engine::load_buffer(*bytes, load);
+      ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+      Result<Session> gpu = Session::create(*engine);
+      ASSERT_TRUE(gpu.ok());
+      EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
+                               run(*ref, prompt, ProfileRequest::named("prefill"))),
+                2e-2);
+      for (int64_t pos = 9; pos < 12; ++pos) {
+        const TokenInputs step({(pos * 7) % 97}, pos);
+        EXPECT_LT(relative_error(run(*gpu, step, ProfileRequest::named("prefill")),
+                                 run(*ref, step, ProfileRequest::named("prefill"))),
+                  2e-2)
+            << "position " << pos;
+      }
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "core/check.h"
@@ -39,7 +40,9 @@ using ir::OpKind;
 // prefill attention copies bf16 tiles asynchronously (its time changes). 6: GEMV geometries
 // (tactics kLinearGemvGeometry + i). 7: one GEMM over a multi-output linear's stacked weights
 // (tactics kLinearStacked + i), and the tensor-core prefill writes the new cache rows itself.
-constexpr int kKernelsVersion = 7;
+// 8: a gated MLP's gate / up GEMMs write their outputs in the weights' 16-bit type
+// (rounded_gate_up: other cuBLASLt algorithms, the stacked tactic without split_columns).
+constexpr int kKernelsVersion = 8;
 
 // Tactic ids (stored in engine files).
 constexpr uint32_t kDefault = 0;
@@ -51,7 +54,8 @@ constexpr uint32_t kLinearGemvGeometry = 10;  // + i: gemv with cuda::kGemvGeome
 constexpr uint32_t kGemvGeometryCount = std::size(cuda::kGemvGeometries);
 // + i: one GEMM (cuBLASLt's i-th heuristic, i in [0, kAltAlgos]) over the stacked weights of
 // a multi-output linear (ir::linear_weights_stacked: fused QKV, gate+up) into the scratch,
-// then split_columns writes each output (+ bias); 16-bit weights only.
+// then split_columns writes each output (+ bias); 16-bit weights only. A gated MLP's gate / up
+// linear (rounded_gate_up) writes the stacked output rounded to 16 bits and is not split.
 constexpr uint32_t kLinearStacked = 200;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
@@ -270,15 +274,19 @@ class CudaContextState final : public DeviceContextState {
   void* whole_layers = nullptr;
   std::vector<uint8_t> whole_layers_host;  // what whole_layers holds
   void* whole_workspace = nullptr;
-  // cuBLASLt heuristics per (M, N, K, type), so a call needs no host-side query.
-  std::map<std::tuple<int64_t, int64_t, int64_t, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
+  // cuBLASLt heuristics per (M, N, K, weight type, output type), so a call needs no host-side
+  // query.
+  std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
 
-  Result<const cublasLtMatmulAlgo_t*> algo(int64_t m, int64_t n, int64_t k, DataType type, size_t index) {
-    auto key = std::make_tuple(m, n, k, static_cast<int>(type));
+  /// The index-th heuristic of the shape; out: the GEMM's output type (f32, or `type` for
+  /// run_converted_rounded).
+  Result<const cublasLtMatmulAlgo_t*> algo(int64_t m, int64_t n, int64_t k, DataType type, size_t index,
+                                           DataType out = DataType::kF32) {
+    auto key = std::make_tuple(m, n, k, static_cast<int>(type), static_cast<int>(out));
     auto it = algos.find(key);
     if (it == algos.end()) {
       std::vector<cublasLtMatmulHeuristicResult_t> found;
-      GEARBOX_RETURN_IF_ERROR(gemm->heuristics(m, n, k, type, kAltAlgos + 1, &found));
+      GEARBOX_RETURN_IF_ERROR(gemm->heuristics(m, n, k, type, kAltAlgos + 1, &found, out));
       it = algos.emplace(key, std::move(found)).first;
     }
     if (it->second.empty()) return unimplemented("cuBLASLt has no algorithm for this GEMM");
@@ -325,12 +333,50 @@ bool stackable(const Network& net, const Node& node) {
          ir::linear_weights_stacked(net, node);
 }
 
+std::vector<Step> plan_steps(const Network& net);
+
+/// Whether the linear of `step` (nullable), a kGatedLinear step, writes gate and up rounded
+/// to its 16-bit weights' type for the activation to read (run_gated_gemm): a cuBLASLt
+/// tactic, no bias, and rows of whole 16-byte chunks (N % 8 == 0), so that both halves sit
+/// 16-byte aligned in the gate tensor's memory (M x N f32 = two M x N 16-bit matrices).
+/// Rounding the GEMM's output halves its stores and the activation's loads; each value the
+/// activation reads then carries one bf16 / f16 rounding, as in HF's bf16 MLP.
+/// GEARBOX_CUDA_ROUNDED_GATE_UP=0 keeps them f32 (for measuring what rounding them buys).
+bool rounded_gate_up(const Network& net, const Step* step, uint32_t tactic) {
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_ROUNDED_GATE_UP");
+  if (!enabled || step == nullptr || step->kind != Step::kGatedLinear || is_gemv(tactic)) return false;
+  const Node& linear = net.nodes[step->nodes[0]];
+  const ir::WeightInfo& w = net.weights[static_cast<size_t>(linear.weights[0])];
+  return (w.dtype == DataType::kBF16 || w.dtype == DataType::kF16) && linear.attrs.has_bias == 0 &&
+         linear.outputs.size() == 2 && w.dims[0] % 8 == 0;
+}
+
+/// The step of `steps` whose first node is n, or null.
+const Step* step_starting_at(const std::vector<Step>& steps, size_t n) {
+  for (const Step& step : steps) {
+    if (step.nodes.front() == n) return &step;
+  }
+  return nullptr;
+}
+
+/// A gated linear's gate and up as rounded_gate_up leaves them: [M, N] each, row stride ld
+/// elements of the weights' type, in the memory of the linear's first output tensor.
+struct RoundedGateUp {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  int64_t ld = 0;
+};
+
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
 /// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
 /// stacked_out (a linear with a kLinearStacked tactic): the stacked GEMM's output [M, sum N_i]
 /// is left in the scratch for the next step and its address stored here; no split.
+/// rounded (the gate / up linear of a step where rounded_gate_up holds): the GEMMs write
+/// gate and up rounded to the weights' type into the first output's memory, described here;
+/// the second output tensor is not written.
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
-                     cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr) {
+                     cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr,
+                     RoundedGateUp* rounded = nullptr) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   auto in_dims = [&](size_t i) -> const Dims& { return a.dims[static_cast<size_t>(node.inputs[i])]; };
@@ -394,15 +440,47 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (shared_input && !input_in_scratch) {
         GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
       }
+      const auto stacked_on_device = [&] {
+        int64_t rows = 0;
+        for (size_t o = 0; o < outs; ++o) {
+          if (weights.ptr[wid(o)] != static_cast<const char*>(weights.ptr[wid(0)]) + rows * k * data_type_size(type)) {
+            return false;
+          }
+          rows += wdims(o)[0];
+        }
+        return true;
+      };
+      if (rounded != nullptr) {
+        // Gate then up, or the stacked [M, 2N], rounded to the weights' type, in out(0)'s memory.
+        if (outs != 2 || at.has_bias != 0 || !shared_input) return internal_error("not a 16-bit gate / up linear");
+        const int64_t width = wdims(0)[0];
+        auto* base = reinterpret_cast<char*>(out(0));
+        const auto bytes = static_cast<int64_t>(data_type_size(type));
+        if (is_stacked(tactic)) {
+          if (!stacked_on_device()) return internal_error("linear weights not stacked on the device");
+          Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, 2 * width, k, type, tactic - kLinearStacked, type);
+          if (!algo.ok()) return algo.status();
+          *rounded = {base, base + width * bytes, 2 * width};
+          return state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(0)], type, base, m, 2 * width, k,
+                                                    stream);
+        }
+        Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, width, k, type, alt, type);
+        if (!algo.ok()) return algo.status();
+        *rounded = {base, base + m * width * bytes, width};
+        for (size_t o = 0; o < 2; ++o) {
+          GEARBOX_RETURN_IF_ERROR(state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(o)], type,
+                                                                     base + static_cast<int64_t>(o) * m * width * bytes,
+                                                                     m, width, k, stream));
+        }
+        return {};
+      }
       if (is_stacked(tactic)) {
         // One GEMM of sum N_i rows into the scratch after the converted x, then the columns.
+        if (!stacked_on_device()) return internal_error("linear weights not stacked on the device");
         cuda::ColumnSplit split{};
         split.count = static_cast<int>(outs);
         int64_t total = 0;
         for (size_t o = 0; o < outs; ++o) {
-          if (weights.ptr[wid(o)] != static_cast<const char*>(weights.ptr[wid(0)]) + total * k * data_type_size(type)) {
-            return internal_error("linear weights not stacked on the device");
-          }
           split.targets[o] = {out(o), bias(o), wdims(o)[0]};
           total += wdims(o)[0];
         }
@@ -981,18 +1059,52 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
 /// input_in_scratch): the linear, then the activation; with a down
 /// projection in the step that runs cuBLASLt on 16-bit weights, the activation writes its
 /// output rounded to the weights' type into the scratch the GEMM reads (what its own
-/// conversion would have written), and the f32 activation is never stored.
+/// conversion would have written), and the f32 activation is never stored. Where
+/// rounded_gate_up holds, the GEMMs write gate and up in the weights' type and the
+/// activation reads them so (gated_activation_rows).
 Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step, const NetworkLaunch& launch,
                       const NodeArgs& args, cudaStream_t stream, bool input_in_scratch) {
   const auto run = [&](size_t node, bool in_scratch) {
     return run_cuda_node(net, weights, node, launch.tactics[node], args, stream, in_scratch)
         .with_context(net.nodes[node].name);
   };
-  GEARBOX_RETURN_IF_ERROR(run(step.nodes[0], input_in_scratch));
   const Node& act = net.nodes[step.nodes[1]];
   const size_t down = step.nodes.size() == 3 ? step.nodes[2] : step.nodes[1];
   const DataType type = weights.type[static_cast<size_t>(net.nodes[down].weights[0])];
-  if (step.nodes.size() == 2 || is_gemv(launch.tactics[down]) || type == DataType::kF32) {
+  const bool into_down_gemm = step.nodes.size() == 3 && !is_gemv(launch.tactics[down]) && type != DataType::kF32;
+  const size_t linear = step.nodes[0];
+  if (rounded_gate_up(net, &step, launch.tactics[linear])) {
+    RoundedGateUp g;
+    GEARBOX_RETURN_IF_ERROR(
+        run_cuda_node(net, weights, linear, launch.tactics[linear], args, stream, input_in_scratch, nullptr, &g)
+            .with_context(net.nodes[linear].name));
+    const Dims& gate_dims = args.dims[static_cast<size_t>(act.inputs[0])];
+    const int64_t rows = ir::row_count(gate_dims), width = gate_dims[gate_dims.rank() - 1];
+    const DataType gate_type = weights.type[static_cast<size_t>(net.nodes[linear].weights[0])];
+    const bool to_down = into_down_gemm && type == gate_type;
+    GEARBOX_RETURN_IF_ERROR(
+        by_weight_type(gate_type, [&](auto tag) -> Status {
+          using W = decltype(tag);
+          if constexpr (std::is_same_v<W, float>) {
+            return internal_error("f32 weights have no rounded gate / up");
+          } else {
+            const auto* gate = static_cast<const W*>(g.gate);
+            const auto* up = static_cast<const W*>(g.up);
+            return to_down ? cuda_check(cuda::gated_activation_rows(gate, up, g.ld, gated_activation(act),
+                                                                    static_cast<W*>(args.scratch), rows, width, stream),
+                                        "gated activation of 16-bit rows into the GEMM input")
+                           : cuda_check(cuda::gated_activation_rows(
+                                            gate, up, g.ld, gated_activation(act),
+                                            static_cast<float*>(args.tensors[static_cast<size_t>(act.outputs[0])]),
+                                            rows, width, stream),
+                                        "gated activation of 16-bit rows");
+          }
+        }).with_context(act.name));
+    if (step.nodes.size() == 2) return {};
+    return run(down, to_down);
+  }
+  GEARBOX_RETURN_IF_ERROR(run(linear, input_in_scratch));
+  if (!into_down_gemm) {
     for (size_t i = 1; i < step.nodes.size(); ++i) GEARBOX_RETURN_IF_ERROR(run(step.nodes[i], false));
     return {};
   }
@@ -1233,6 +1345,11 @@ class CudaBackend final : public DeviceBackend {
       const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
       const int64_t m = ir::row_count(x), k = x[x.rank() - 1];
       if (is_stacked(tactic)) {
+        // A rounded gate / up GEMM writes into its output tensor, not the scratch.
+        const auto n = static_cast<size_t>(&node - net.nodes.data());
+        if (rounded_gate_up(net, step_starting_at(plan_steps(net), n), tactic)) {
+          return cuda::CublasLtGemm::scratch_bytes(m, k, type);
+        }
         int64_t total = 0;
         for (size_t o = 0; o < node.outputs.size(); ++o) {
           total += net.weights[static_cast<size_t>(node.weights[o])].dims[0];
@@ -1430,10 +1547,14 @@ class CudaBackend final : public DeviceBackend {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     const CudaEvent start(cudaEventDefault), stop(cudaEventDefault);
     if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
+    // A gate / up linear is timed as it runs: its outputs rounded to 16 bits (rounded_gate_up).
+    RoundedGateUp rounded;
+    const bool gate_up = rounded_gate_up(net, step_starting_at(plan_steps(net), node), tactic);
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
-    Status s = run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr);
+    Status s = run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr, false, nullptr,
+                             gate_up ? &rounded : nullptr);
     const double enqueue_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));

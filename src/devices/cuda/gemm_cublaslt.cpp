@@ -67,6 +67,31 @@ Status check_shape(int64_t M, int64_t N, int64_t K, DataType weight_type) {
   return Status::ok_status();
 }
 
+/// y's element type: f32, or the weights' own 16-bit type.
+Status check_out_type(DataType weight_type, DataType out_type) {
+  if (out_type == DataType::kF32 || (out_type == weight_type && weight_type != DataType::kF32)) {
+    return Status::ok_status();
+  }
+  return invalid_argument(std::string("a cuBLASLt GEMM of ") + data_type_name(weight_type) + " weights writes f32 or " +
+                          data_type_name(weight_type) + ", not " + data_type_name(out_type));
+}
+
+/// False when `algo`'s configuration says it splits K and adds the partial sums in the output
+/// type: the preference of a 16-bit output excludes those, and each result is checked
+/// again here. An algorithm whose configuration cannot be read is left to the preference.
+bool sums_in_compute_type(const cublasLtMatmulAlgo_t& algo) {
+  int32_t splits = 1;
+  uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written) !=
+          CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written) != CUBLAS_STATUS_SUCCESS) {
+    return true;
+  }
+  return splits <= 1 || scheme == CUBLASLT_REDUCTION_SCHEME_NONE || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+}
+
 /// The operation and layout descriptors of one shape (see the header for the mapping).
 class MatmulDescs {
  public:
@@ -81,7 +106,8 @@ class MatmulDescs {
     if (op_ != nullptr) (void)cublasLtMatmulDescDestroy(op_);
   }
 
-  Status init(int64_t M, int64_t N, int64_t K, DataType weight_type) {
+  /// out_type: y's elements, f32 or weight_type.
+  Status init(int64_t M, int64_t N, int64_t K, DataType weight_type, DataType out_type) {
     const cudaDataType_t ab = cuda_type(weight_type);
     GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transa = CUBLAS_OP_T;
@@ -93,7 +119,7 @@ class MatmulDescs {
     const auto k = static_cast<uint64_t>(K);
     GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&a_, ab, k, n, static_cast<int64_t>(k)));  // W: K x N, ld K
     GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&b_, ab, k, m, static_cast<int64_t>(k)));  // x^T: K x M, ld K
-    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&d_, CUDA_R_32F, n, m, static_cast<int64_t>(n)));  // y^T
+    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&d_, cuda_type(out_type), n, m, static_cast<int64_t>(n)));  // y^T
     return Status::ok_status();
   }
 
@@ -118,8 +144,16 @@ class MatmulPreference {
     if (pref_ != nullptr) (void)cublasLtMatmulPreferenceDestroy(pref_);
   }
 
-  Status init() {
+  /// out_type: y's elements. A 16-bit y admits no split-K algorithm that adds its partial
+  /// sums in the output type (in place, or in a workspace of the output type): each partial
+  /// would be rounded to bf16 / f16 before the sum, several ulps off where they cancel.
+  Status init(DataType out_type) {
     GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceCreate(&pref_));
+    if (out_type != DataType::kF32) {
+      const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                &schemes, sizeof(schemes)));
+    }
     const uint64_t workspace = CublasLtGemm::kWorkspaceBytes;
     GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                               &workspace, sizeof(workspace)));
@@ -173,25 +207,30 @@ int64_t CublasLtGemm::scratch_bytes(int64_t M, int64_t K, DataType weight_type) 
 }
 
 Status CublasLtGemm::heuristics(int64_t M, int64_t N, int64_t K, DataType weight_type, int max_algos,
-                                std::vector<cublasLtMatmulHeuristicResult_t>* out) {
+                                std::vector<cublasLtMatmulHeuristicResult_t>* out, DataType out_type) {
   if (out == nullptr || max_algos < 1) return invalid_argument("heuristics needs an output vector and max_algos >= 1");
   out->clear();
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
+  if (Status s = check_out_type(weight_type, out_type); !s.ok()) return s;
   if (M == 0 || N == 0 || K == 0) return invalid_argument("cuBLASLt heuristics need M, N, K >= 1");
   MatmulDescs descs;
-  if (Status s = descs.init(M, N, K, weight_type); !s.ok()) return s;
+  if (Status s = descs.init(M, N, K, weight_type, out_type); !s.ok()) return s;
   MatmulPreference pref;
-  if (Status s = pref.init(); !s.ok()) return s;
+  if (Status s = pref.init(out_type); !s.ok()) return s;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_algos));
   int found = 0;
   GEARBOX_CUBLASLT_TRY(cublasLtMatmulAlgoGetHeuristic(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(),
                                                       pref.get(), max_algos, results.data(), &found));
   for (int i = 0; i < found; ++i) {
-    if (results[static_cast<size_t>(i)].state == CUBLAS_STATUS_SUCCESS) out->push_back(results[static_cast<size_t>(i)]);
+    const cublasLtMatmulHeuristicResult_t& r = results[static_cast<size_t>(i)];
+    if (r.state == CUBLAS_STATUS_SUCCESS && (out_type == DataType::kF32 || sums_in_compute_type(r.algo))) {
+      out->push_back(r);
+    }
   }
   if (out->empty()) {
     return unimplemented("cuBLASLt has no algorithm for M=" + std::to_string(M) + " N=" + std::to_string(N) +
-                         " K=" + std::to_string(K) + " with " + data_type_name(weight_type) + " weights");
+                         " K=" + std::to_string(K) + " with " + data_type_name(weight_type) + " weights and " +
+                         data_type_name(out_type) + " output");
   }
   return Status::ok_status();
 }
@@ -200,7 +239,7 @@ bool CublasLtGemm::algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, in
                                  DataType weight_type) {
   if (!check_shape(M, N, K, weight_type).ok() || M == 0 || N == 0 || K == 0) return false;
   MatmulDescs descs;
-  if (!descs.init(M, N, K, weight_type).ok()) return false;
+  if (!descs.init(M, N, K, weight_type, DataType::kF32).ok()) return false;
   cublasLtMatmulHeuristicResult_t result{};
   const cublasStatus_t status =
       cublasLtMatmulAlgoCheck(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(), &algo, &result);
@@ -212,13 +251,13 @@ Status CublasLtGemm::run(const cublasLtMatmulAlgo_t* algo, const float* x, const
                          cudaStream_t stream) {
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
   if (M == 0 || N == 0) return Status::ok_status();
-  if (K == 0) return matmul(algo, x, w, weight_type, bias, y, M, N, K, stream);
+  if (K == 0) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
   if (!aligned(x) || !aligned(w) || !aligned(y) || !aligned(bias)) {
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   }
-  if (weight_type == DataType::kF32) return matmul(algo, x, w, weight_type, bias, y, M, N, K, stream);
+  if (weight_type == DataType::kF32) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
   if (Status s = convert_input(x, weight_type, M, K, scratch, stream); !s.ok()) return s;
-  return matmul(algo, scratch, w, weight_type, bias, y, M, N, K, stream);
+  return matmul(algo, scratch, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
 }
 
 Status CublasLtGemm::convert_input(const float* x, DataType weight_type, int64_t M, int64_t K, void* scratch,
@@ -247,33 +286,46 @@ Status CublasLtGemm::run_converted(const cublasLtMatmulAlgo_t* algo, const void*
   if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   }
-  return matmul(algo, x_converted, w, weight_type, bias, y, M, N, K, stream);
+  return matmul(algo, x_converted, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
+}
+
+Status CublasLtGemm::run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
+                                           DataType weight_type, void* y, int64_t M, int64_t N, int64_t K,
+                                           cudaStream_t stream) {
+  if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
+  if (weight_type == DataType::kF32) return invalid_argument("run_converted_rounded is for bf16 / f16 weights");
+  if (M == 0 || N == 0) return Status::ok_status();
+  if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
+    return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
+  }
+  return matmul(algo, x_converted, w, weight_type, nullptr, y, weight_type, M, N, K, stream);
 }
 
 Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type,
-                            const float* bias, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream) {
-  if (K == 0) {  // an empty sum: y = bias (or 0)
-    GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * sizeof(float), stream));
-    if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(y, bias, M, N, stream));
+                            const float* bias, void* y, DataType out_type, int64_t M, int64_t N, int64_t K,
+                            cudaStream_t stream) {
+  if (K == 0) {  // an empty sum: y = bias (or 0); bias only with f32 output (the callers' contract)
+    GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * data_type_size(out_type), stream));
+    if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, stream));
     return Status::ok_status();
   }
   if (!aligned(w) || !aligned(y) || !aligned(bias))
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   MatmulDescs descs;
-  if (Status s = descs.init(M, N, K, weight_type); !s.ok()) return s;
+  if (Status s = descs.init(M, N, K, weight_type, out_type); !s.ok()) return s;
   cublasLtMatmulAlgo_t chosen{};
   if (algo != nullptr) {
     chosen = *algo;
   } else {
     std::vector<cublasLtMatmulHeuristicResult_t> best;
-    if (Status s = heuristics(M, N, K, weight_type, 1, &best); !s.ok()) return s;
+    if (Status s = heuristics(M, N, K, weight_type, 1, &best, out_type); !s.ok()) return s;
     chosen = best.front().algo;
   }
   const float alpha = 1.0f;
   const float beta = 0.0f;
   GEARBOX_CUBLASLT_TRY(cublasLtMatmul(handle_, descs.op(), &alpha, w, descs.a(), b, descs.b(), &beta, y, descs.d(), y,
                                       descs.d(), &chosen, workspace_, kWorkspaceBytes, stream));
-  if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(y, bias, M, N, stream));
+  if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, stream));
   return Status::ok_status();
 }
 

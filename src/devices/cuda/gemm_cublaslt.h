@@ -1,5 +1,6 @@
 // The CUDA device's GEMM for M above the gemv range: y[M, N] = x[M, K] * W[N, K]^T (+ bias)
-// through cuBLASLt, with f32 activations and output and W in its checkpoint dtype.
+// through cuBLASLt, with f32 activations and output (or output in W's type:
+// run_converted_rounded) and W in its checkpoint dtype.
 //
 //   Result<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::create();  // current device
 //   std::vector<cublasLtMatmulHeuristicResult_t> algos;
@@ -50,14 +51,15 @@ class CublasLtGemm {
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
 
-  /// Up to max_algos candidate algorithms for the shape, best first by cuBLASLt's estimate.
-  /// Errors: kInvalidArgument (shape, type or max_algos), kUnimplemented (no algorithm),
-  /// kDeviceError.
+  /// Up to max_algos candidate algorithms for the shape, best first by cuBLASLt's estimate,
+  /// for y of out_type elements (f32: run / run_converted; the weights' type:
+  /// run_converted_rounded). Errors: kInvalidArgument (shape, type, out_type or max_algos),
+  /// kUnimplemented (no algorithm), kDeviceError.
   Status heuristics(int64_t M, int64_t N, int64_t K, DataType weight_type, int max_algos,
-                    std::vector<cublasLtMatmulHeuristicResult_t>* out);
+                    std::vector<cublasLtMatmulHeuristicResult_t>* out, DataType out_type = DataType::kF32);
 
-  /// True when `algo` (e.g. stored in an engine file) can run this shape and type on the
-  /// current device within the workspace.
+  /// True when `algo` (e.g. stored in an engine file) can run this shape and type, f32
+  /// output, on the current device within the workspace.
   bool algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, int64_t N, int64_t K, DataType weight_type);
 
   /// Bytes of `scratch` run() needs: M * K elements of W for bf16 / f16, 0 for f32.
@@ -80,15 +82,23 @@ class CublasLtGemm {
                               cudaStream_t stream);
   Status run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w, DataType weight_type,
                        const float* bias, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+  /// run_converted with y [M, N] in the weights' type (bf16 / f16): cuBLASLt's epilogue rounds
+  /// the f32 accumulators to nearest even, so y holds what converting run_converted's f32
+  /// output would (up to summation order; heuristics() offers no algorithm that rounds
+  /// split-K partial sums to the output type); no bias. `algo` from heuristics(..., out_type =
+  /// weight_type) or null. Errors as run_converted (f32 weights: kInvalidArgument).
+  Status run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
+                               DataType weight_type, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 
   /// "cublasLt X.Y.Z" of the library loaded at run time.
   static std::string version();
 
  private:
   CublasLtGemm(cublasLtHandle_t handle, void* workspace) : handle_(handle), workspace_(workspace) {}
-  /// The matmul and the bias, b = x (f32) or its W-typed copy; shapes checked, K > 0.
+  /// The matmul and the bias (f32 output only), b = x (f32) or its W-typed copy, y of
+  /// out_type; shapes checked.
   Status matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type, const float* bias,
-                float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                void* y, DataType out_type, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

@@ -233,6 +233,14 @@ cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream)
 template <typename W>
 cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
                                 cudaStream_t stream);
+/// out[r, c] = Out(act(gate[r * ld + c]) * up[r * ld + c]) for r < rows, c < n: the gated
+/// activation of 16-bit gate and up rows (the gate / up GEMMs' outputs rounded to W, each
+/// [rows, n] with ld = n, or side by side in one stacked [rows, 2n] output with ld = 2n), out
+/// [rows, n] contiguous, f32 or W (rounded to nearest even). W: bf16 or f16. ld >= n; out
+/// must not overlap gate or up.
+template <typename W, typename Out>
+cudaError_t gated_activation_rows(const W* gate, const W* up, int64_t ld, GatedActivation activation, Out* out,
+                                  int64_t rows, int64_t n, cudaStream_t stream);
 /// One thread that keeps the stream busy for at least `microseconds` (by the GPU's global
 /// timer): what the host enqueues behind it meanwhile then runs back to back, so events
 /// around it time the device work and not the host's launches (the builder's tuning).

@@ -7,6 +7,7 @@
 //   split_columns  y [rows, sum n_i] -> out_i [rows, n_i] (+ bias_i)
 //   convert_f32_to x [n] f32 -> y [n] W
 //   gated_activation_to  gate, up [n] f32 -> out [n] W (gelu/silu_mul, then the conversion)
+//   gated_activation_rows  gate, up [rows, n] W with row stride ld -> out [rows, n] f32 or W
 //
 // All memory-bound: float4 (16-byte) accesses when every pointer is 16-byte aligned, with a
 // scalar tail; grid-stride loops over at most kMaxBlocks blocks. Expressions are the CPU
@@ -93,6 +94,66 @@ cudaError_t launch_binary(const float* a, const float* b, W* out, int64_t n, cud
     launch_kernel(binary_kernel<Op, true, W>, blocks_for(n / 4 + 1), kThreads, 0, stream, a, b, out, n, Op{});
   } else {
     launch_kernel(binary_kernel<Op, false, W>, blocks_for(n), kThreads, 0, stream, a, b, out, n, Op{});
+  }
+  return cudaGetLastError();
+}
+
+/// out[r * n + c] = Out(op(gate[r * ld + c], up[r * ld + c])) over rows x n, gate and up
+/// 16-bit (W). kVec: n % 8 == 0, ld % 8 == 0 and every pointer 16-byte aligned: one 16-byte
+/// load of 8 elements from each input, 8 outputs stored at once; else one element a thread.
+template <typename Op, bool kVec, typename W, typename Out>
+__global__ void __launch_bounds__(kThreads)
+    gated_rows_kernel(const W* gate, const W* up, int64_t ld, Out* out, int64_t rows, int64_t n, Op op) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
+  if constexpr (kVec) {
+    const int64_t chunks = n / 8;
+    for (int64_t i = global_thread(); i < rows * chunks; i += grid_threads()) {
+      const int64_t r = i / chunks, c = (i - r * chunks) * 8;
+      const uint4 g = *reinterpret_cast<const uint4*>(gate + r * ld + c);
+      const uint4 u = *reinterpret_cast<const uint4*>(up + r * ld + c);
+      const uint32_t gw[4] = {g.x, g.y, g.z, g.w}, uw[4] = {u.x, u.y, u.z, u.w};
+      float y[8];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 gf = unpack2(gw[q], W{}), uf = unpack2(uw[q], W{});
+        y[2 * q] = op(gf.x, uf.x);
+        y[2 * q + 1] = op(gf.y, uf.y);
+      }
+      Out* o = out + r * n + c;
+      if constexpr (std::is_same_v<Out, float>) {
+        reinterpret_cast<float4*>(o)[0] = make_float4(y[0], y[1], y[2], y[3]);
+        reinterpret_cast<float4*>(o)[1] = make_float4(y[4], y[5], y[6], y[7]);
+      } else {
+        Pack4<Out> lo, hi;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          convert_one(y[q], &lo.v[q]);
+          convert_one(y[4 + q], &hi.v[q]);
+        }
+        reinterpret_cast<Pack4<Out>*>(o)[0] = lo;
+        reinterpret_cast<Pack4<Out>*>(o)[1] = hi;
+      }
+    }
+  } else {
+    for (int64_t i = global_thread(); i < rows * n; i += grid_threads()) {
+      const int64_t r = i / n, c = i - r * n;
+      convert_one(op(to_f32(gate[r * ld + c]), to_f32(up[r * ld + c])), &out[i]);
+    }
+  }
+}
+
+template <typename Op, typename W, typename Out>
+cudaError_t launch_gated_rows(const W* gate, const W* up, int64_t ld, Out* out, int64_t rows, int64_t n,
+                              cudaStream_t stream) {
+  if (rows < 0 || n < 0 || ld < n) return cudaErrorInvalidValue;
+  if (rows == 0 || n == 0) return cudaSuccess;
+  if (n % 8 == 0 && ld % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
+    launch_kernel(gated_rows_kernel<Op, true, W, Out>, blocks_for(rows * n / 8), kThreads, 0, stream, gate, up, ld, out,
+                  rows, n, Op{});
+  } else {
+    launch_kernel(gated_rows_kernel<Op, false, W, Out>, blocks_for(rows * n), kThreads, 0, stream, gate, up, ld, out,
+                  rows, n, Op{});
   }
   return cudaGetLastError();
 }
@@ -322,6 +383,25 @@ cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivat
   }
   return cudaErrorInvalidValue;
 }
+
+template <typename W, typename Out>
+cudaError_t gated_activation_rows(const W* gate, const W* up, int64_t ld, GatedActivation activation, Out* out,
+                                  int64_t rows, int64_t n, cudaStream_t stream) {
+  switch (activation) {
+    case GatedActivation::kGeluTanh: return launch_gated_rows<GeluTanhMul>(gate, up, ld, out, rows, n, stream);
+    case GatedActivation::kSilu: return launch_gated_rows<SiluMul>(gate, up, ld, out, rows, n, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+#define GEARBOX_INSTANTIATE_GATED_ROWS(W)                                                                              \
+  template cudaError_t gated_activation_rows<W, float>(const W*, const W*, int64_t, GatedActivation, float*, int64_t,  \
+                                                       int64_t, cudaStream_t);                                         \
+  template cudaError_t gated_activation_rows<W, W>(const W*, const W*, int64_t, GatedActivation, W*, int64_t, int64_t, \
+                                                   cudaStream_t);
+GEARBOX_INSTANTIATE_GATED_ROWS(__nv_bfloat16)
+GEARBOX_INSTANTIATE_GATED_ROWS(__half)
+#undef GEARBOX_INSTANTIATE_GATED_ROWS
 
 #define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
   template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \

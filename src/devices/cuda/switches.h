@@ -1,7 +1,8 @@
 // Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL,
-// GEARBOX_CUDA_CLUSTER_COMBINE and GEARBOX_CUDA_GEMV_GEOMETRIES (read by the builder), each on
-// unless set to "0", for measuring what each mechanism buys (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off
-// unless "1" or "auto") is read in cuda_backend.cpp.
+// GEARBOX_CUDA_CLUSTER_COMBINE, GEARBOX_CUDA_ROUNDED_GATE_UP and GEARBOX_CUDA_GEMV_GEOMETRIES
+// (read by the builder), each on unless set to "0", for measuring what each mechanism buys
+// (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off unless "1" or "auto") is read in
+// cuda_backend.cpp.
 #pragma once
 
 #include <cstdlib>

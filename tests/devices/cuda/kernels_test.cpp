@@ -1003,6 +1003,29 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
         sync();
         EXPECT_EQ(y2.download(), whole) << what << ": convert_input + run_converted differ from run()";
         EXPECT_TRUE(y2.guard_intact() && scratch.guard_intact()) << what;
+        if (bias) continue;
+        // Output in the weights' type: the product rounded once, with its own algorithms.
+        std::vector<cublasLtMatmulHeuristicResult_t> rounded_algos;
+        const Status rh = (*gemm)->heuristics(M, s.N, s.K, type, 4, &rounded_algos, type);
+        ASSERT_TRUE(rh.ok()) << what << ": " << rh.to_string();
+        DeviceBuffer<uint16_t> y16 = DeviceBuffer<uint16_t>::poisoned(M * s.N);
+        for (const cublasLtMatmulAlgo_t* algo :
+             {static_cast<const cublasLtMatmulAlgo_t*>(nullptr),
+              static_cast<const cublasLtMatmulAlgo_t*>(&rounded_algos.back().algo)}) {
+          const Status rr =
+              (*gemm)->run_converted_rounded(algo, scratch.get(), d_w.get(), type, y16.get(), M, s.N, s.K, stream_);
+          ASSERT_TRUE(rr.ok()) << what << ": " << rr.to_string();
+          sync();
+          std::vector<float> got;
+          for (uint16_t v : y16.download()) {
+            got.push_back(type == DataType::kBF16 ? internal::bf16_to_f32(v) : internal::f16_to_f32(v));
+          }
+          // One rounding of the output on top: half an ulp of W, at most 2^-8 of the value for bf16,
+          // 2^-11 for f16 (no split-K partial sum is rounded to W: heuristics() excludes those).
+          const double ulp = type == DataType::kBF16 ? 1.0 / 256 : 1.0 / 2048;
+          EXPECT_TRUE(close(what + " rounded to W", got, want, {1e-5, 1e-4 + ulp}, slack));
+          EXPECT_TRUE(y16.guard_intact() && scratch.guard_intact()) << what << " rounded to W";
+        }
       }
     }
   }
@@ -1017,6 +1040,14 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
       (*gemm)->run_converted(nullptr, x.get(), x.get(), DataType::kF32, nullptr, x.get(), 1, 1, 16, stream_).code(),
       StatusCode::kInvalidArgument)
       << "f32 weights through run_converted";
+  EXPECT_EQ(
+      (*gemm)->run_converted_rounded(nullptr, x.get(), x.get(), DataType::kF32, x.get(), 1, 1, 16, stream_).code(),
+      StatusCode::kInvalidArgument)
+      << "f32 weights have no 16-bit output";
+  std::vector<cublasLtMatmulHeuristicResult_t> none;
+  EXPECT_EQ((*gemm)->heuristics(4, 4, 16, DataType::kBF16, 1, &none, DataType::kF16).code(),
+            StatusCode::kInvalidArgument)
+      << "bf16 weights, f16 output";
 }
 
 // ---- attention --------------------------------------------------------------------------------------------
@@ -1639,6 +1670,79 @@ TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
       EXPECT_TRUE(bf.guard_intact() && hf.guard_intact() && f.guard_intact());
     }
   }
+}
+
+TEST_F(CudaKernels, GatedActivationRowsReadsSixteenBitRowsWithAStride) {
+  // The gate / up GEMMs' 16-bit outputs, as two [rows, n] matrices (ld = n) or one stacked
+  // [rows, 2n] (ld = 2n, up at column n): against the CPU activation of the same rounded
+  // values; the 16-bit output is the f32 output rounded, bit for bit.
+  struct Case {
+    int64_t rows, n, ld, up_at;  // up starts up_at elements after gate
+    int lead;                    // elements before gate (1: unaligned, the scalar kernel)
+  };
+  const Case cases[] = {{1, 8, 8, 8, 0},          {3, 8, 16, 8, 0},      {5, 24, 48, 24, 0}, {2, 6912, 13824, 6912, 0},
+                        {7, 1152, 1152, 8064, 0}, {1, 7, 7, 7, 0},       {4, 13, 26, 13, 0}, {3, 16, 40, 16, 0},
+                        {2, 8, 8, 16, 1},         {129, 64, 128, 64, 0}, {0, 8, 8, 8, 0}};
+  for (DataType type : {DataType::kBF16, DataType::kF16}) {
+    for (cuda::GatedActivation activation : {cuda::GatedActivation::kGeluTanh, cuda::GatedActivation::kSilu}) {
+      for (const Case& c : cases) {
+        const int64_t span = c.lead + std::max<int64_t>(c.up_at + (c.rows - 1) * c.ld + c.n, 1);
+        const std::vector<float> values = random_floats(span, 123, -5.0f, 5.0f);
+        std::vector<uint16_t> bits;
+        std::vector<float> rounded;
+        for (float v : values) {
+          bits.push_back(type == DataType::kBF16 ? internal::f32_to_bf16(v) : internal::f32_to_f16(v));
+          rounded.push_back(round_to(type, v));
+        }
+        DeviceBuffer<uint16_t> d_in(bits), out16 = DeviceBuffer<uint16_t>::poisoned(c.rows * c.n);
+        Floats out32 = Floats::poisoned(c.rows * c.n);
+        const bool gelu = activation == cuda::GatedActivation::kGeluTanh;
+        const std::string what =
+            std::string("gated_activation_rows ") + data_type_name(type) + (gelu ? " gelu " : " silu ") +
+            shape({{"rows", c.rows}, {"n", c.n}, {"ld", c.ld}, {"up_at", c.up_at}, {"lead", c.lead}});
+        const auto run = [&](auto tag) {
+          using W = decltype(tag);
+          const W* gate = reinterpret_cast<const W*>(d_in.get()) + c.lead;
+          ASSERT_EQ(cudaSuccess, cuda::gated_activation_rows(gate, gate + c.up_at, c.ld, activation, out32.get(),
+                                                             c.rows, c.n, stream_))
+              << what;
+          ASSERT_EQ(cudaSuccess, cuda::gated_activation_rows(gate, gate + c.up_at, c.ld, activation,
+                                                             reinterpret_cast<W*>(out16.get()), c.rows, c.n, stream_))
+              << what;
+        };
+        if (type == DataType::kBF16) {
+          run(__nv_bfloat16{});
+        } else {
+          run(__half{});
+        }
+        sync();
+        std::vector<float> gate(static_cast<size_t>(c.rows * c.n)), up(gate.size()), want(gate.size());
+        for (int64_t r = 0; r < c.rows; ++r) {
+          for (int64_t i = 0; i < c.n; ++i) {
+            gate[static_cast<size_t>(r * c.n + i)] = rounded[static_cast<size_t>(c.lead + r * c.ld + i)];
+            up[static_cast<size_t>(r * c.n + i)] = rounded[static_cast<size_t>(c.lead + c.up_at + r * c.ld + i)];
+          }
+        }
+        (gelu ? cpu::gelu_tanh_mul : cpu::silu_mul)(gate.data(), up.data(), want.data(), c.rows * c.n);
+        const std::vector<float> got = out32.download();
+        EXPECT_TRUE(close(what + " f32", got, want)) << what;
+        std::vector<uint16_t> want16;
+        for (float v : got)
+          want16.push_back(type == DataType::kBF16 ? internal::f32_to_bf16(v) : internal::f32_to_f16(v));
+        EXPECT_EQ(out16.download(), want16) << what << ": the 16-bit output is not the f32 output rounded";
+        EXPECT_TRUE(out16.guard_intact() && out32.guard_intact() && d_in.guard_intact()) << what;
+      }
+    }
+  }
+  DeviceBuffer<uint16_t> x = DeviceBuffer<uint16_t>::poisoned(64);
+  const auto* p = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  Floats y = Floats::poisoned(64);
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gated_activation_rows(p, p + 8, 7, cuda::GatedActivation::kSilu, y.get(), 2, 8, stream_))
+      << "ld < n";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gated_activation_rows(p, p + 8, 8, static_cast<cuda::GatedActivation>(7), y.get(), 2, 8, stream_))
+      << "unknown activation";
 }
 
 TEST_F(CudaKernels, GatedActivationToEqualsActivationThenConvert) {
