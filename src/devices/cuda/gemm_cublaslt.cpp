@@ -280,25 +280,27 @@ Status CublasLtGemm::convert_input(const float* x, DataType weight_type, int64_t
 Status CublasLtGemm::run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                    DataType weight_type, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
                                    cudaStream_t stream) {
-  if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
-  if (weight_type == DataType::kF32) return invalid_argument("run_converted is for bf16 / f16 weights; use run()");
-  if (M == 0 || N == 0) return Status::ok_status();
-  if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
-    return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
-  }
-  return matmul(algo, x_converted, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
+  return matmul_converted(algo, x_converted, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
 }
 
 Status CublasLtGemm::run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                            DataType weight_type, void* y, int64_t M, int64_t N, int64_t K,
                                            cudaStream_t stream) {
+  return matmul_converted(algo, x_converted, w, weight_type, nullptr, y, weight_type, M, N, K, stream);
+}
+
+Status CublasLtGemm::matmul_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
+                                      DataType weight_type, const float* bias, void* y, DataType out_type, int64_t M,
+                                      int64_t N, int64_t K, cudaStream_t stream) {
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
-  if (weight_type == DataType::kF32) return invalid_argument("run_converted_rounded is for bf16 / f16 weights");
+  if (weight_type == DataType::kF32) {
+    return invalid_argument("a GEMM of a converted x is for bf16 / f16 weights; f32 weights go through run()");
+  }
   if (M == 0 || N == 0) return Status::ok_status();
   if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   }
-  return matmul(algo, x_converted, w, weight_type, nullptr, y, weight_type, M, N, K, stream);
+  return matmul(algo, x_converted, w, weight_type, bias, y, out_type, M, N, K, stream);
 }
 
 Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type,

@@ -95,6 +95,10 @@ class CublasLtGemm {
 
  private:
   CublasLtGemm(cublasLtHandle_t handle, void* workspace) : handle_(handle), workspace_(workspace) {}
+  /// run_converted / run_converted_rounded: checks, then matmul() with y of out_type.
+  Status matmul_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
+                          DataType weight_type, const float* bias, void* y, DataType out_type, int64_t M, int64_t N,
+                          int64_t K, cudaStream_t stream);
   /// The matmul and the bias (f32 output only), b = x (f32) or its W-typed copy, y of
   /// out_type; shapes checked.
   Status matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type, const float* bias,
