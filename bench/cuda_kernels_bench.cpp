@@ -407,6 +407,21 @@ void bench_gemm(cudaStream_t stream) {
   }
 }
 
+/// The fastest of `algos`: each timed over launch(algo, i), i the launch's index.
+cublasLtMatmulAlgo_t fastest(cudaStream_t stream, int copies, const std::vector<cublasLtMatmulHeuristicResult_t>& algos,
+                             const std::function<void(const cublasLtMatmulAlgo_t&, int)>& launch) {
+  cublasLtMatmulAlgo_t best{};
+  double best_us = 1e30;
+  for (const auto& a : algos) {
+    const Timing t = time_launches(stream, copies, [&](int i) { launch(a.algo, i); });
+    if (t.median_us < best_us) {
+      best_us = t.median_us;
+      best = a.algo;
+    }
+  }
+  return best;
+}
+
 /// A fused QKV linear (Gemma-3-1B: q 1024, k 256, v 256 rows, K = 1152) as the engine runs it
 /// (x converted once, one GEMM per output, each with its best heuristic of 8) against one GEMM
 /// over the three weights stored one after another (1536 rows): what merging them would save.
@@ -427,21 +442,12 @@ void bench_qkv_merge(cudaStream_t stream) {
     const auto best_algo = [&](int64_t N, int64_t rows_offset) {
       std::vector<cublasLtMatmulHeuristicResult_t> algos;
       check_status((*gemm)->heuristics(M, N, K, DataType::kBF16, 8, &algos), "heuristics");
-      cublasLtMatmulAlgo_t best{};
-      double best_us = 1e30;
-      for (const auto& a : algos) {
-        const Timing t = time_launches(stream, copies, [&](int i) {
-          check_status((*gemm)->run_converted(&a.algo, scratch.ptr,
-                                              w.as<__nv_bfloat16>() + ((i % copies) * kTotal + rows_offset) * K,
-                                              DataType::kBF16, nullptr, y.as<float>(), M, N, K, stream),
-                       "run_converted");
-        });
-        if (t.median_us < best_us) {
-          best_us = t.median_us;
-          best = a.algo;
-        }
-      }
-      return best;
+      return fastest(stream, copies, algos, [&](const cublasLtMatmulAlgo_t& algo, int i) {
+        check_status((*gemm)->run_converted(&algo, scratch.ptr,
+                                            w.as<__nv_bfloat16>() + ((i % copies) * kTotal + rows_offset) * K,
+                                            DataType::kBF16, nullptr, y.as<float>(), M, N, K, stream),
+                     "run_converted");
+      });
     };
     const cublasLtMatmulAlgo_t q = best_algo(kRows[0], 0), kv = best_algo(kRows[1], kRows[0]),
                                merged = best_algo(kTotal, 0);
@@ -491,22 +497,13 @@ void bench_gate_up(cudaStream_t stream) {
     const auto best_algo = [&](int64_t n, DataType out) {
       std::vector<cublasLtMatmulHeuristicResult_t> algos;
       check_status((*gemm)->heuristics(M, n, K, DataType::kBF16, 8, &algos, out), "heuristics");
-      cublasLtMatmulAlgo_t best{};
-      double best_us = 1e30;
-      for (const auto& a : algos) {
-        const Timing t = time_launches(stream, copies, [&](int i) {
-          check_status(out == DataType::kF32 ? (*gemm)->run_converted(&a.algo, x.ptr, weights(i, 0), DataType::kBF16,
-                                                                      nullptr, y.as<float>(), M, n, K, stream)
-                                             : (*gemm)->run_converted_rounded(&a.algo, x.ptr, weights(i, 0),
-                                                                              DataType::kBF16, y.ptr, M, n, K, stream),
-                       "gemm");
-        });
-        if (t.median_us < best_us) {
-          best_us = t.median_us;
-          best = a.algo;
-        }
-      }
-      return best;
+      return fastest(stream, copies, algos, [&](const cublasLtMatmulAlgo_t& algo, int i) {
+        check_status(out == DataType::kF32 ? (*gemm)->run_converted(&algo, x.ptr, weights(i, 0), DataType::kBF16,
+                                                                    nullptr, y.as<float>(), M, n, K, stream)
+                                           : (*gemm)->run_converted_rounded(&algo, x.ptr, weights(i, 0),
+                                                                            DataType::kBF16, y.ptr, M, n, K, stream),
+                     "gemm");
+      });
     };
     const cublasLtMatmulAlgo_t f32 = best_algo(N, DataType::kF32), rounded = best_algo(N, DataType::kBF16),
                                stacked = best_algo(2 * N, DataType::kBF16);

@@ -359,6 +359,14 @@ const Step* step_starting_at(const std::vector<Step>& steps, size_t n) {
   return nullptr;
 }
 
+/// rounded_gate_up for node n of `net` under `tactic` (the builder's timing and the memory
+/// plan, which see a node, not a step); plans the steps only for a two-output cuBLASLt linear.
+bool rounded_gate_up_node(const Network& net, size_t n, uint32_t tactic) {
+  const Node& node = net.nodes[n];
+  if (node.kind != OpKind::kLinear || node.outputs.size() != 2 || is_gemv(tactic)) return false;
+  return rounded_gate_up(net, step_starting_at(plan_steps(net), n), tactic);
+}
+
 /// A gated linear's gate and up as rounded_gate_up leaves them: [M, N] each, row stride ld
 /// elements of the weights' type, in the memory of the linear's first output tensor.
 struct RoundedGateUp {
@@ -1088,16 +1096,15 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
           if constexpr (std::is_same_v<W, float>) {
             return internal_error("f32 weights have no rounded gate / up");
           } else {
-            const auto* gate = static_cast<const W*>(g.gate);
-            const auto* up = static_cast<const W*>(g.up);
-            return to_down ? cuda_check(cuda::gated_activation_rows(gate, up, g.ld, gated_activation(act),
-                                                                    static_cast<W*>(args.scratch), rows, width, stream),
-                                        "gated activation of 16-bit rows into the GEMM input")
-                           : cuda_check(cuda::gated_activation_rows(
-                                            gate, up, g.ld, gated_activation(act),
-                                            static_cast<float*>(args.tensors[static_cast<size_t>(act.outputs[0])]),
-                                            rows, width, stream),
-                                        "gated activation of 16-bit rows");
+            const auto activate = [&](auto* out, const char* what) {
+              return cuda_check(cuda::gated_activation_rows(static_cast<const W*>(g.gate), static_cast<const W*>(g.up),
+                                                            g.ld, gated_activation(act), out, rows, width, stream),
+                                what);
+            };
+            return to_down
+                       ? activate(static_cast<W*>(args.scratch), "gated activation of 16-bit rows into the GEMM input")
+                       : activate(static_cast<float*>(args.tensors[static_cast<size_t>(act.outputs[0])]),
+                                  "gated activation of 16-bit rows");
           }
         }).with_context(act.name));
     if (step.nodes.size() == 2) return {};
@@ -1346,8 +1353,7 @@ class CudaBackend final : public DeviceBackend {
       const int64_t m = ir::row_count(x), k = x[x.rank() - 1];
       if (is_stacked(tactic)) {
         // A rounded gate / up GEMM writes into its output tensor, not the scratch.
-        const auto n = static_cast<size_t>(&node - net.nodes.data());
-        if (rounded_gate_up(net, step_starting_at(plan_steps(net), n), tactic)) {
+        if (rounded_gate_up_node(net, static_cast<size_t>(&node - net.nodes.data()), tactic)) {
           return cuda::CublasLtGemm::scratch_bytes(m, k, type);
         }
         int64_t total = 0;
@@ -1549,7 +1555,7 @@ class CudaBackend final : public DeviceBackend {
     if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
     // A gate / up linear is timed as it runs: its outputs rounded to 16 bits (rounded_gate_up).
     RoundedGateUp rounded;
-    const bool gate_up = rounded_gate_up(net, step_starting_at(plan_steps(net), node), tactic);
+    const bool gate_up = rounded_gate_up_node(net, node, tactic);
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
