@@ -268,7 +268,8 @@ struct HeadNormRope {
 };
 inline constexpr int kHeadNormRopeMaxParts = 3;
 /// rms_norm(head_dim) + rope for up to three tensors (q, k, and a copied v) of one layer in
-/// one launch: one block per (token, head). head_dim even, <= 1024; eps and offset are the
+/// one launch: one block per (token, head) for one token, one warp per (token, head) for
+/// several (head_dim % 8 == 0, <= 512, 16-byte aligned rows). head_dim even, <= 1024; eps and offset are the
 /// norms'. A negative position poisons its normed rows with NaN and sets *error_flag, as
 /// rope() does.
 template <typename W>

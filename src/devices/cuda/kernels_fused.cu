@@ -38,6 +38,25 @@ __device__ __forceinline__ float block_sum_128(float v, float* shared) {
   return shared[0] + shared[1] + shared[2] + shared[3];
 }
 
+/// A (part, token, head) of a head_norm_rope launch: unit i of the parts' T * heads each.
+template <typename W>
+struct HeadUnit {
+  HeadNormRope<W> part;
+  int64_t t;
+  int64_t h;
+};
+template <typename W>
+__device__ __forceinline__ HeadUnit<W> head_unit(const Parts<W>& parts, int count, int64_t unit) {
+  // Three parts at most, chosen without a dynamic index (which would copy the parameters
+  // to local memory).
+  static_assert(kMaxParts == 3);
+  const bool second = count >= 2 && unit >= parts.first_block[1];
+  const bool third = count == 3 && unit >= parts.first_block[2];
+  const HeadNormRope<W>& P = third ? parts.p[2] : second ? parts.p[1] : parts.p[0];
+  const int64_t local = unit - (third ? parts.first_block[2] : second ? parts.first_block[1] : 0);
+  return {P, local / P.heads, local % P.heads};
+}
+
 /// grid: one block of 128 threads per (part, token, head).
 template <typename W>
 __global__ void __launch_bounds__(kHeadThreads)
@@ -46,16 +65,10 @@ __global__ void __launch_bounds__(kHeadThreads)
   __shared__ float sums[kHeadThreads / 32];
   allow_next_kernel();
   wait_for_prior_kernels();
-  const int64_t block = blockIdx.x;
-  // Three parts at most, chosen without a dynamic index (which would copy the parameters
-  // to local memory).
-  static_assert(kMaxParts == 3);
-  const bool second = count >= 2 && block >= parts.first_block[1];
-  const bool third = count == 3 && block >= parts.first_block[2];
-  const HeadNormRope<W> P = third ? parts.p[2] : second ? parts.p[1] : parts.p[0];
-  const int64_t local = block - (third ? parts.first_block[2] : second ? parts.first_block[1] : 0);
-  const int64_t t = local / P.heads;
-  const int64_t h = local % P.heads;
+  const HeadUnit<W> u = head_unit(parts, count, blockIdx.x);
+  const HeadNormRope<W>& P = u.part;
+  const int64_t t = u.t;
+  const int64_t h = u.h;
   const int tid = static_cast<int>(threadIdx.x);
   const int half = head_dim / 2;
   const int64_t x_row = P.x_row_stride > 0 ? P.x_row_stride : P.heads * head_dim;
@@ -86,6 +99,88 @@ __global__ void __launch_bounds__(kHeadThreads)
     const float a = x[i] * inv_rms * (to_f32(P.w[i]) + offset);
     const float b = x[i + half] * inv_rms * (to_f32(P.w[i + half]) + offset);
     rope_rotate(a, b, cs, sn, &y[i], &y[i + half]);
+  }
+}
+
+// The warp-per-head kernel: head_dim % 8 == 0, head_dim <= 8 * 32 * kHeadQuads, rows and
+// tables 16-byte aligned. A (token, head) is one warp's; lane l holds the float4s l, l + 32,
+// ... of each half of the head (rotation partners in one lane), so the RMS sum is shuffles
+// and every load is 16 bytes. Gemma-3's head_dim 256 is one float4 a lane and half.
+constexpr int kHeadQuads = 2;
+constexpr int kHeadWarps = 4;
+
+/// grid: ceil(units / kHeadWarps) blocks of kHeadWarps warps, units = sum over parts of T *
+/// heads; warp w of block b takes unit b * kHeadWarps + w. The same arithmetic per element as
+/// head_norm_rope_kernel; the RMS sums add in another order.
+template <typename W>
+__global__ void __launch_bounds__(32 * kHeadWarps)
+    head_norm_rope_warp_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int head_dim, float eps,
+                               float offset, int* error_flag) {
+  allow_next_kernel();
+  wait_for_prior_kernels();
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t unit = static_cast<int64_t>(blockIdx.x) * kHeadWarps + static_cast<int>(threadIdx.x) / 32;
+  if (unit >= parts.first_block[count]) return;  // uniform across the warp
+  const HeadUnit<W> u = head_unit(parts, count, unit);
+  const HeadNormRope<W>& P = u.part;
+  const int64_t t = u.t;
+  const int64_t h = u.h;
+  const int half = head_dim / 2;
+  const int quads = half / 4;  // of each half
+  const int64_t x_row = P.x_row_stride > 0 ? P.x_row_stride : P.heads * head_dim;
+  const float* x = P.x + t * x_row + h * head_dim;
+  float* y = P.y + (t * P.heads + h) * head_dim;
+  if (P.w == nullptr) {  // a copied part
+#pragma unroll
+    for (int k = 0; k < 2 * kHeadQuads; ++k) {
+      const int q = lane + 32 * k;
+      if (q < 2 * quads) reinterpret_cast<float4*>(y)[q] = reinterpret_cast<const float4*>(x)[q];
+    }
+    return;
+  }
+  const int64_t pos = index_at(positions, pos_i64, t);
+  float4 a[kHeadQuads];
+  float4 b[kHeadQuads];
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kHeadQuads; ++k) {
+    const int q = lane + 32 * k;
+    const bool in = q < quads;
+    a[k] = in ? reinterpret_cast<const float4*>(x)[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    b[k] = in ? reinterpret_cast<const float4*>(x + half)[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    sum += a[k].x * a[k].x + a[k].y * a[k].y + a[k].z * a[k].z + a[k].w * a[k].w;
+    sum += b[k].x * b[k].x + b[k].y * b[k].y + b[k].z * b[k].z + b[k].w * b[k].w;
+  }
+  // The shuffles order every lane's reads of x before the writes below (y may be x; each
+  // element is read and written by one lane).
+  const float inv_rms = inverse_rms(warp_sum(sum), head_dim, eps);
+  if (pos < 0) {
+    if (lane == 0 && h == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
+    for (int i = lane; i < head_dim; i += 32) y[i] = CUDART_NAN_F;
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < kHeadQuads; ++k) {
+    const int q = lane + 32 * k;
+    if (q >= quads) continue;
+    const float av[4] = {a[k].x, a[k].y, a[k].z, a[k].w};
+    const float bv[4] = {b[k].x, b[k].y, b[k].z, b[k].w};
+    float ya[4];
+    float yb[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = 4 * q + e;
+      float cs = 0.0f;
+      float sn = 0.0f;
+      const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
+      rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
+      // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
+      const float na = av[e] * inv_rms * (to_f32(P.w[i]) + offset);
+      const float nb = bv[e] * inv_rms * (to_f32(P.w[i + half]) + offset);
+      rope_rotate(na, nb, cs, sn, &ya[e], &yb[e]);
+    }
+    reinterpret_cast<float4*>(y)[q] = make_float4(ya[0], ya[1], ya[2], ya[3]);
+    reinterpret_cast<float4*>(y + half)[q] = make_float4(yb[0], yb[1], yb[2], yb[3]);
   }
 }
 
@@ -216,6 +311,21 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   const int64_t blocks = args.first_block[count];
   if (blocks == 0) return cudaSuccess;
   if (blocks > INT32_MAX) return cudaErrorInvalidValue;
+  // The warp form for calls of several tokens (measured faster at 128 and 512 tokens, no
+  // faster at one: docs/PERFORMANCE.md); GEARBOX_CUDA_HEAD_NORM_WARPS=0 keeps the block form.
+  static const bool warps = switch_on("GEARBOX_CUDA_HEAD_NORM_WARPS");
+  bool warp = warps && T > 1 && head_dim % 8 == 0 && head_dim <= 8 * 32 * kHeadQuads;
+  for (int i = 0; i < count && warp; ++i) {
+    const HeadNormRope<W>& p = parts[i];
+    const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+    warp = aligned(p.x) && aligned(p.y) && p.x_row_stride % 4 == 0 && (p.inv_freq == nullptr || aligned(p.inv_freq));
+  }
+  if (warp) {
+    launch_kernel(head_norm_rope_warp_kernel<W>, static_cast<unsigned>((blocks + kHeadWarps - 1) / kHeadWarps),
+                  32 * kHeadWarps, 0, stream, args, count, positions, pos_i64, static_cast<int>(head_dim), eps, offset,
+                  error_flag);
+    return cudaGetLastError();
+  }
   launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, stream, args, count,
                 positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
   return cudaGetLastError();
