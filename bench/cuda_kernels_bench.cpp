@@ -12,7 +12,8 @@
 //
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | qkv | gate_up |
-//                                 #            decode_layers | graph_launch
+//                                 #            rows | decode_layers | graph_launch
+//   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -540,6 +541,109 @@ void bench_gate_up(cudaStream_t stream) {
   }
 }
 
+/// The prefill profile's linears as the engine runs them on cuBLASLt (x already converted),
+/// at several M: each of the 8 heuristics cuBLASLt offers at that M timed. A cuBLASLt tactic
+/// names a heuristic index, chosen by timing at the profile's opt M (128 for the Gemma
+/// builder's prefill profile) and used at every M the profile takes; the table says what
+/// that index costs at other M against the best index there.
+void bench_gemm_sweep(cudaStream_t stream) {
+  gearbox::Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  check_status(gemm.status(), "CublasLtGemm::create");
+  struct Shape {
+    const char* name;
+    int64_t N, K;
+    DataType out;
+  };
+  constexpr Shape kShapes[] = {{"qkv (stacked)", 1536, 1152, DataType::kF32},
+                               {"o_proj", 1152, 1024, DataType::kF32},
+                               {"gate_up (stacked, bf16 out)", 13824, 1152, DataType::kBF16},
+                               {"down_proj", 1152, 6912, DataType::kF32}};
+  constexpr int kTactics = 4;  // heuristics a tactic may name (cublaslt, _h1 .. _h3)
+  std::printf(
+      "\n== cuBLASLt heuristics by M (us; * the fastest of the first %d at M, ! the index the fastest "
+      "at M=128 names) ==\n",
+      kTactics);
+  for (const Shape& sh : kShapes) {
+    const int64_t w_bytes = sh.N * sh.K * 2;
+    const int copies = copies_for(w_bytes);
+    DeviceMemory w(static_cast<size_t>(w_bytes) * copies);
+    fill_bf16(w.as<__nv_bfloat16>(), sh.N * sh.K * copies, 8);
+    size_t index_at_128 = 0;
+    for (int64_t M : {128, 256, 512, 1024, 2048}) {
+      DeviceMemory x(static_cast<size_t>(M * sh.K) * 2), y(static_cast<size_t>(M * sh.N) * 4);
+      fill_bf16(x.as<__nv_bfloat16>(), M * sh.K, 9);
+      std::vector<cublasLtMatmulHeuristicResult_t> algos;
+      check_status((*gemm)->heuristics(M, sh.N, sh.K, DataType::kBF16, 8, &algos, sh.out), "heuristics");
+      std::vector<double> us;
+      for (const auto& a : algos) {
+        us.push_back(time_launches(stream, copies, [&](int i) {
+                       const auto* wi = w.as<__nv_bfloat16>() + (i % copies) * sh.N * sh.K;
+                       check_status(sh.out == DataType::kF32
+                                        ? (*gemm)->run_converted(&a.algo, x.ptr, wi, DataType::kBF16, nullptr,
+                                                                 y.as<float>(), M, sh.N, sh.K, stream)
+                                        : (*gemm)->run_converted_rounded(&a.algo, x.ptr, wi, DataType::kBF16, y.ptr, M,
+                                                                         sh.N, sh.K, stream),
+                                    "gemm");
+                     }).median_us);
+      }
+      const auto first = std::min<size_t>(kTactics, us.size());
+      const size_t best4 = static_cast<size_t>(std::min_element(us.begin(), us.begin() + first) - us.begin());
+      const size_t best = static_cast<size_t>(std::min_element(us.begin(), us.end()) - us.begin());
+      if (M == 128) index_at_128 = best4;
+      std::printf("%-28s M=%-5lld", sh.name, static_cast<long long>(M));
+      for (size_t a = 0; a < us.size(); ++a) {
+        std::printf(" %8.2f%s%s", us[a], a == best4 ? "*" : " ", a == index_at_128 ? "!" : " ");
+      }
+      const double flops = 2.0 * static_cast<double>(M * sh.N * sh.K);
+      std::printf("  | best of 8 #%zu %.1f TFLOP/s; the M=128 index costs +%.1f%%\n", best, flops / (us[best] * 1e6),
+                  index_at_128 < us.size() ? 100.0 * (us[index_at_128] / us[best4] - 1.0) : 0.0);
+    }
+  }
+}
+
+/// The fused row kernels at the 1B shape (hidden 1152; 4 q heads, 1 KV head of 256, read
+/// from a stacked QKV output): norm_add_norm_to (the prefill form, y in bf16) and
+/// head_norm_rope, at decode's 1 row and prefill's 128 and 512. GEARBOX_CUDA_HEAD_NORM_WARPS=0
+/// times head_norm_rope's block-per-head form at every T.
+void bench_rows(cudaStream_t stream) {
+  std::printf("\n== fused row kernels, 1B shape ==\n");
+  constexpr int64_t H = 1152, hd = 256, q_heads = 4, row = (q_heads + 2) * hd;
+  DeviceMemory w(H * 2 * 2), inv_freq(hd / 2 * 4), positions(2048 * 8);
+  fill_bf16(w.as<__nv_bfloat16>(), 2 * H, 3);
+  std::vector<float> freq;
+  for (int64_t i = 0; i < hd / 2; ++i) freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / hd));
+  CHECK(cudaMemcpy(inv_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice));
+  std::vector<int64_t> pos(2048);
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
+  CHECK(cudaMemcpy(positions.ptr, pos.data(), pos.size() * 8, cudaMemcpyHostToDevice));
+  const auto* g1 = w.as<__nv_bfloat16>();
+  for (int64_t T : {1, 128, 512}) {
+    const int copies = copies_for(T * H * 4 * 3);
+    DeviceMemory x(static_cast<size_t>(T * H * 4) * copies), r(static_cast<size_t>(T * H * 4) * copies),
+        y(static_cast<size_t>(T * H * 2) * copies), qkv(static_cast<size_t>(T * row * 4) * copies),
+        out(static_cast<size_t>(T * row * 4) * copies);
+    fill_f32(x.as<float>(), T * H * copies, 4);
+    fill_f32(r.as<float>(), T * H * copies, 5);
+    fill_f32(qkv.as<float>(), T * row * copies, 6);
+    const double bytes = static_cast<double>(T * H) * (4 + 4 + 4 + 2);
+    const Timing nan = time_launches(stream, copies, [&](int i) {
+      CHECK(cuda::norm_add_norm_to(x.as<float>() + i * T * H, g1, r.as<float>() + i * T * H, r.as<float>() + i * T * H,
+                                   g1 + H, y.as<__nv_bfloat16>() + i * T * H, T, H, 1e-6f, 1.0f, stream));
+    });
+    print("norm_add_norm_to T=" + std::to_string(T), nan, bytes, 1e3, "GB/s");
+    const Timing hnr = time_launches(stream, copies, [&](int i) {
+      float* src = qkv.as<float>() + i * T * row;
+      float* dst = out.as<float>() + i * T * row;
+      const cuda::HeadNormRope<__nv_bfloat16> parts[3] = {
+          {src, g1, dst, q_heads, 1e4f, 1.0f, inv_freq.as<float>(), row},
+          {src + q_heads * hd, g1 + hd, dst + T * q_heads * hd, 1, 1e4f, 1.0f, inv_freq.as<float>(), row},
+          {src + (q_heads + 1) * hd, nullptr, dst + T * (q_heads + 1) * hd, 1, 0, 0, nullptr, row}};
+      CHECK(cuda::head_norm_rope(parts, 3, positions.ptr, true, T, hd, 1e-6f, 1.0f, nullptr, stream));
+    });
+    print("head_norm_rope (q, k, v copied) T=" + std::to_string(T), hnr, static_cast<double>(T * row) * 8, 1e3, "GB/s");
+  }
+}
+
 // ---- the whole-step decode kernel --------------------------------------------------------------
 
 /// decode_layers at the Gemma-3-1B shape (26 layers, bf16, 5 of 6 layers sliding over 512
@@ -743,6 +847,8 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "gemm") bench_gemm(stream);
   if (only.empty() || only == "gemm" || only == "qkv") bench_qkv_merge(stream);
   if (only.empty() || only == "gemm" || only == "gate_up") bench_gate_up(stream);
+  if (only == "gemm_m") bench_gemm_sweep(stream);
+  if (only.empty() || only == "rows") bench_rows(stream);
   if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
   if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
   CHECK(cudaStreamDestroy(stream));

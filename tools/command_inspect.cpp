@@ -1,5 +1,6 @@
 // gearbox inspect: what an engine file holds.
 #include <cstdio>
+#include <string>
 
 #include "commands.h"
 #include "flags.h"
@@ -16,13 +17,10 @@ Prints the engine's profiles and bounds, bindings, state, memory, versions and m
 and per device and profile the tactic chosen for each kind of op (--nodes: every node).
 )";
 
-const char* tactic_name(DeviceKind device, const ir::Node& node, uint32_t id) {
+std::string tactic_name(DeviceKind device, const ir::Node& node, uint32_t id) {
   Result<std::shared_ptr<const internal::DeviceBackend>> backend = internal::device_backend(device);
   if (!backend.ok()) return "?";
-  for (const internal::TacticInfo& t : (*backend)->tactics(node)) {
-    if (t.id == id) return t.name;
-  }
-  return "?";
+  return (*backend)->tactic_name(node, id);
 }
 
 }  // namespace
@@ -87,7 +85,8 @@ int run_inspect(std::span<const std::string_view> args) {
         }();
         if (!nodes && !first_of_kind) continue;
         std::printf("    %-28s %-14s %-10s %9.1f us\n", node.name.c_str(), ir::op_kind_name(node.kind),
-                    tactic_name(t.device, node, pt.tactic_per_node[n]), static_cast<double>(pt.time_us_per_node[n]));
+                    tactic_name(t.device, node, pt.tactic_per_node[n]).c_str(),
+                    static_cast<double>(pt.time_us_per_node[n]));
       }
     }
   }

@@ -71,6 +71,11 @@ check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" build --hf "$work/g1b" -o "$
   --device cuda --max-seq 2048 2>/dev/null
 check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" bench "$work/g1b_f32_gate_up.gbx" --device cuda \
   --json "$out/bench_1b_f32_gate_up.json"
+# And an engine whose cuBLASLt linears keep the heuristic timed at opt for every row count:
+# what a heuristic per bucket of row counts buys (prefill 512 is 4x the prefill profile's opt).
+check env GEARBOX_CUDA_TUNE_BY_ROWS=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_one_heuristic.gbx" \
+  --device cuda --max-seq 2048 2>/dev/null
+check "$gearbox" bench "$work/g1b_one_heuristic.gbx" --device cuda --json "$out/bench_1b_one_heuristic.json"
 # And an engine whose builder timed only the default GEMV geometry: what tuning the geometry buys.
 check env GEARBOX_CUDA_GEMV_GEOMETRIES=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_default_gemv.gbx" \
   --device cuda --max-seq 2048 2>/dev/null

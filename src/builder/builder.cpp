@@ -187,9 +187,11 @@ Result<format::TacticTable> tune(const ir::Network& net, std::span<const format:
   table.library_versions = device.library_versions();
   NodeBench bench(net, device);
   GEARBOX_RETURN_IF_ERROR(bench.init(static_cast<int32_t>(profiles.size())));
+  DeviceBackend::TuningMemo memo;
   for (size_t p = 0; p < profiles.size(); ++p) {
     const format::ProfileDesc& profile = profiles[p];
-    std::vector<Dims> opt_dims, max_dims;
+    std::vector<Dims> min_dims, opt_dims, max_dims;
+    GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(net, dims_at(profile.bounds, &InputProfileBounds::min), min_dims));
     GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(net, dims_at(profile.bounds, &InputProfileBounds::opt), opt_dims));
     GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(net, dims_at(profile.bounds, &InputProfileBounds::max), max_dims));
     if (options.progress) {
@@ -221,6 +223,13 @@ Result<format::TacticTable> tune(const ir::Network& net, std::span<const format:
         }
       }
       if (best_us < 0) return internal_error("no valid tactic for node " + node.name + " in profile " + profile.name);
+      // The device may add choices for the profile's other shapes to the winner at opt.
+      Result<uint32_t> refined = device.refine_tactic(net, weights, n, best, min_dims, max_dims, memo);
+      if (!refined.ok()) return refined.status().with_context("tuning node " + node.name + " across its profile");
+      if (!device.tactic_valid(net, node, *refined, max_dims)) {
+        return internal_error("node " + node.name + ": the device refined its tactic to one it does not accept");
+      }
+      best = *refined;
       chosen.tactic_per_node.push_back(best);
       chosen.time_us_per_node.push_back(best_us);
       if (options.progress && net.nodes.size() >= 10 && (n + 1) % (net.nodes.size() / 10) == 0) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -77,6 +78,27 @@ class DeviceBackend {
 
   /// The tactics this device has for `node`'s op, best-known default first.
   virtual std::vector<TacticInfo> tactics(const ir::Node& node) const = 0;
+  /// The name `tactic` goes by for `node` (gearbox inspect): its entry in tactics(node), or
+  /// what the device calls a tactic refine_tactic made; "?" for an id it does not know.
+  virtual std::string tactic_name(const ir::Node& node, uint32_t tactic) const {
+    for (const TacticInfo& t : tactics(node)) {
+      if (t.id == tactic) return t.name;
+    }
+    return "?";
+  }
+  /// Shared by the refine_tactic calls of one tuning pass: what the device measured, by
+  /// whatever key it chooses (nodes of the same shape need not be timed again).
+  using TuningMemo = std::map<std::string, uint32_t>;
+  /// Called by the builder once it has chosen `tactic` for `node` by timing at a profile's
+  /// opt dims: a tactic that also holds choices for the other shapes of the profile, from
+  /// `min_dims` to `max_dims` (all tensors), timed now; `tactic` itself where the device has
+  /// none. The CUDA device chooses cuBLASLt's heuristic per bucket of row counts.
+  virtual Result<uint32_t> refine_tactic(const ir::Network& net, const DeviceWeights& weights, size_t node,
+                                         uint32_t tactic, std::span<const Dims> min_dims,
+                                         std::span<const Dims> max_dims, TuningMemo& memo) const {
+    (void)net, (void)weights, (void)node, (void)min_dims, (void)max_dims, (void)memo;
+    return tactic;
+  }
   /// True when `tactic` can run `node` of `net` for every shape up to `max_dims` (all
   /// tensors) at the precision `net` asks for (e.g. bf16 attention only for bf16 weights).
   virtual bool tactic_valid(const ir::Network& net, const ir::Node& node, uint32_t tactic,

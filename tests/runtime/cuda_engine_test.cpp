@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 
 #include "gearbox/logging.h"
 
+#include "devices/cuda/linear_tactics.h"
 #include "gearbox/profile_guard.h"
 #include "ir/shape_inference.h"
 #include "runtime/device_backend.h"
@@ -163,6 +165,71 @@ TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
                   2e-2)
             << "position " << pos;
       }
+    }
+  }
+}
+
+// A profile whose row count spans several buckets (here 1 to 300 tokens: buckets to 16, 32,
+// ... 512) stores, for each cuBLASLt linear, a row-bucketed tactic: the heuristic each
+// bucket's timing chose (devices/cuda/linear_tactics.h). Whatever heuristic a bucket names,
+// prompts of 9, 40 and 300 tokens give the CPU's logits.
+TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(device.ok());
+  models::Gemma3Config c = tiny_config();
+  c.dtype = DataType::kBF16;
+  c.max_context = 320;
+  models::RandomWeights random(11);
+  Result<models::BuiltModel> model = models::build_gemma3(c, random);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const ir::Network& net = model->network;
+  const std::vector<format::ProfileDesc> profiles = {seq_profile("decode", 1, 1, 1),
+                                                     seq_profile("prefill", 1, 16, 300)};
+  internal::BuildOptions options;
+  options.device = DeviceKind::kCuda;
+  Result<format::EngineDesc> desc = internal::build_engine(net, profiles, model->payload, options);
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  namespace lt = cuda::linear_tactics;
+  format::ProfileTactics& prefill = desc->tactic_tables[0].profiles[1];
+  int bucketed = 0;
+  for (size_t n = 0; n < net.nodes.size(); ++n) {
+    const uint32_t t = prefill.tactic_per_node[n];
+    if (net.nodes[n].kind != ir::OpKind::kLinear || !(lt::is_by_rows(t) || lt::is_per_output(t) || lt::is_stacked(t))) {
+      continue;  // a GEMV, or not a linear
+    }
+    EXPECT_TRUE(lt::is_by_rows(t)) << net.nodes[n].name << " keeps one heuristic over 1 to 300 rows";
+    EXPECT_EQ((*device)->tactic_name(net.nodes[n], t), lt::by_rows_name(t));
+    // Each bucket to another heuristic than the timing chose (the next one, cyclically).
+    std::array<int, lt::kRowBuckets> other{};
+    for (int b = 0; b < lt::kRowBuckets; ++b) {
+      other[static_cast<size_t>(b)] = (lt::heuristic(t, lt::bucket_top(b)) + 1 + b) % (lt::kAltAlgos + 1);
+    }
+    prefill.tactic_per_node[n] = lt::by_rows(lt::is_stacked(t), other);
+    ++bucketed;
+  }
+  EXPECT_GT(bucketed, 0) << "the prefill profile runs some linear on cuBLASLt";
+  TestEngine cpu = make_engine(c, profiles, 11, DeviceKind::kCpu);
+  for (bool forced : {false, true}) {
+    SCOPED_TRACE(forced ? "every bucket forced to another heuristic" : "as tuned");
+    Result<format::EngineDesc> built = internal::build_engine(net, profiles, model->payload, options);
+    ASSERT_TRUE(built.ok());
+    Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced ? *desc : *built, model->payload);
+    ASSERT_TRUE(bytes.ok());
+    EngineOptions load;
+    load.device = DeviceKind::kCuda;
+    Result<Engine> engine = Engine::load_buffer(*bytes, load);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    for (int64_t T : {9, 40, 300}) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < T; ++i) ids.push_back((i * 31 + 7) % c.vocab);
+      const TokenInputs prompt(ids, 0);
+      Result<Session> gpu = Session::create(*engine), ref = Session::create(cpu.engine);
+      ASSERT_TRUE(gpu.ok() && ref.ok());
+      EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
+                               run(*ref, prompt, ProfileRequest::named("prefill"))),
+                2e-2)
+          << T << " tokens";
     }
   }
 }

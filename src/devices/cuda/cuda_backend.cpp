@@ -4,9 +4,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -21,6 +23,7 @@
 #include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
+#include "devices/cuda/linear_tactics.h"
 #include "devices/cuda/switches.h"
 #include "ir/shape_inference.h"
 #include "runtime/device_backend.h"
@@ -42,21 +45,25 @@ using ir::OpKind;
 // (tactics kLinearStacked + i), and the tensor-core prefill writes the new cache rows itself.
 // 8: a gated MLP's gate / up GEMMs write their outputs in the weights' 16-bit type
 // (rounded_gate_up: other cuBLASLt algorithms, the stacked tactic without split_columns).
-constexpr int kKernelsVersion = 8;
+// 9: cuBLASLt linears hold a heuristic per bucket of row counts (linear_tactics.h), and the
+// q / k norm + RoPE of several tokens runs a warp per head.
+constexpr int kKernelsVersion = 9;
 
-// Tactic ids (stored in engine files).
+// Tactic ids (stored in engine files); the cuBLASLt ones and their row-bucketed form are in
+// linear_tactics.h.
+namespace lt = cuda::linear_tactics;
 constexpr uint32_t kDefault = 0;
 constexpr uint32_t kLinearGemv = 1;
-constexpr uint32_t kLinearCublasLt = 2;       // cuBLASLt's first heuristic for the call's shape
-constexpr uint32_t kLinearCublasLtAlt = 100;  // + i: its i-th heuristic (i in [1, kAltAlgos])
-constexpr int kAltAlgos = 3;
+constexpr uint32_t kLinearCublasLt = lt::kCublasLt;        // cuBLASLt's first heuristic for the call's shape
+constexpr uint32_t kLinearCublasLtAlt = lt::kCublasLtAlt;  // + i: its i-th heuristic (i in [1, kAltAlgos])
+constexpr int kAltAlgos = lt::kAltAlgos;
 constexpr uint32_t kLinearGemvGeometry = 10;  // + i: gemv with cuda::kGemvGeometries[i], i >= 1 (M = 1 only)
 constexpr uint32_t kGemvGeometryCount = std::size(cuda::kGemvGeometries);
 // + i: one GEMM (cuBLASLt's i-th heuristic, i in [0, kAltAlgos]) over the stacked weights of
 // a multi-output linear (ir::linear_weights_stacked: fused QKV, gate+up) into the scratch,
 // then split_columns writes each output (+ bias); 16-bit weights only. A gated MLP's gate / up
 // linear (rounded_gate_up) writes the stacked output rounded to 16 bits and is not split.
-constexpr uint32_t kLinearStacked = 200;
+constexpr uint32_t kLinearStacked = lt::kStacked;
 constexpr uint32_t kAttentionSplitKv = 1;
 constexpr uint32_t kAttentionTiled = 2;
 constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
@@ -65,7 +72,7 @@ constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
 bool is_gemv(uint32_t tactic) {
   return tactic == kLinearGemv || (tactic > kLinearGemvGeometry && tactic < kLinearGemvGeometry + kGemvGeometryCount);
 }
-bool is_stacked(uint32_t tactic) { return tactic >= kLinearStacked && tactic <= kLinearStacked + kAltAlgos; }
+bool is_stacked(uint32_t tactic) { return lt::is_stacked(tactic); }
 cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
   return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
 }
@@ -442,7 +449,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
           return Status();
         });
       }
-      const size_t alt = tactic >= kLinearCublasLtAlt ? tactic - kLinearCublasLtAlt : 0;
+      const auto alt = static_cast<size_t>(lt::heuristic(tactic, m));  // the heuristic at this call's rows
       // Several outputs of 16-bit weights (fused QKV, gate+up) share one conversion of x.
       const bool shared_input = (outs > 1 || input_in_scratch) && type != DataType::kF32;
       if (shared_input && !input_in_scratch) {
@@ -466,7 +473,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         const auto bytes = static_cast<int64_t>(data_type_size(type));
         if (is_stacked(tactic)) {
           if (!stacked_on_device()) return internal_error("linear weights not stacked on the device");
-          Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, 2 * width, k, type, tactic - kLinearStacked, type);
+          Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, 2 * width, k, type, alt, type);
           if (!algo.ok()) return algo.status();
           *rounded = {base, base + width * bytes, 2 * width};
           return state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(0)], type, base, m, 2 * width, k,
@@ -493,7 +500,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
           total += wdims(o)[0];
         }
         auto* y = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + stacked_output_offset(m, k, type));
-        Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, total, k, type, tactic - kLinearStacked);
+        Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, total, k, type, alt);
         if (!algo.ok()) return algo.status();
         GEARBOX_RETURN_IF_ERROR(
             state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, stream));
@@ -1278,6 +1285,146 @@ Status choose_whole_step(CapturedGraph& g, int32_t profile, const CudaContextSta
   return {};
 }
 
+/// GEARBOX_CUDA_TUNE_BY_ROWS=0: cuBLASLt linears keep the one heuristic timed at the
+/// profile's opt rows (as before kernels 9).
+bool tune_by_rows() {
+  static const bool on = cuda::switch_on("GEARBOX_CUDA_TUNE_BY_ROWS");
+  return on;
+}
+
+// Device bytes refine_by_rows may take for one linear's timing buffers; buckets above what
+// fits take the largest timed bucket's heuristic.
+constexpr int64_t kRefineBufferBytes = int64_t{1} << 30;
+
+/// The median device time of enqueue() over 5 runs after one warm-up, each behind a spin (as
+/// time_node), on the legacy stream. The caller holds the capture lock.
+Result<double> median_device_us(const std::function<Status()>& enqueue) {
+  const CudaEvent start(cudaEventDefault), stop(cudaEventDefault);
+  if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
+  std::vector<double> us;
+  for (int run = 0; run < 6; ++run) {
+    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
+    GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
+    const Status s = enqueue();
+    GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
+    GEARBOX_CUDA(cudaEventSynchronize(stop.get()));
+    GEARBOX_RETURN_IF_ERROR(s);
+    float ms = 0.0f;
+    GEARBOX_CUDA(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+    if (run > 0) us.push_back(1000.0 * ms);
+  }
+  std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(us.size() / 2), us.end());
+  return us[us.size() / 2];
+}
+
+/// refine_tactic for the CUDA device: a linear whose tactic runs cuBLASLt and whose row
+/// count spans more than one bucket of linear_tactics.h over the profile gets a row-bucketed
+/// tactic of the same form (stacked or per output), each bucket's heuristic the fastest of
+/// kAltAlgos + 1 at the bucket's top row count (capped at the profile's max), timed on the
+/// node's weights with the GEMMs the linear runs (16-bit outputs where rounded_gate_up
+/// holds). Linears of the same GEMM shapes share one timing through `memo`.
+Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic,
+                                std::span<const Dims> min_dims, std::span<const Dims> max_dims,
+                                DeviceBackend::TuningMemo& memo) {
+  const Node& node = net.nodes[n];
+  if (node.kind != OpKind::kLinear || !tune_by_rows() || is_gemv(tactic) || lt::is_by_rows(tactic)) return tactic;
+  const Dims& x_min = min_dims[static_cast<size_t>(node.inputs[0])];
+  const Dims& x_max = max_dims[static_cast<size_t>(node.inputs[0])];
+  const int64_t lo = ir::row_count(x_min), hi = ir::row_count(x_max), k = x_max[x_max.rank() - 1];
+  const int first = lt::row_bucket(std::max<int64_t>(lo, 1));
+  int last = lt::row_bucket(hi);
+  if (first == last) return tactic;
+  const bool stacked = is_stacked(tactic);
+  const DataType type = weights.type[static_cast<size_t>(node.weights[0])];
+  const DataType out = rounded_gate_up_node(net, n, tactic) ? type : DataType::kF32;
+  // The GEMMs the linear runs: one over the stacked rows, or one per output.
+  std::vector<int64_t> widths;
+  std::vector<const void*> w;
+  for (size_t o = 0; o < node.outputs.size(); ++o) {
+    const int64_t rows = net.weights[static_cast<size_t>(node.weights[o])].dims[0];
+    if (stacked && o > 0) {
+      widths[0] += rows;
+    } else {
+      widths.push_back(rows);
+      w.push_back(weights.ptr[static_cast<size_t>(node.weights[o])]);
+    }
+  }
+  int64_t total = 0;
+  for (int64_t width : widths) total += width;
+  const auto rows_of = [&](int b) { return std::min(lt::bucket_top(b), hi); };
+  const auto buffer_bytes = [&](int64_t m) { return m * k * 4 + m * total * 4; };
+  while (last > first && buffer_bytes(rows_of(last)) > kRefineBufferBytes) --last;
+  std::string key = std::to_string(static_cast<int>(type)) + "/" + std::to_string(static_cast<int>(out)) + "/" +
+                    std::to_string(k) + "/" + std::to_string(first) + "-" + std::to_string(rows_of(last)) + "/";
+  for (int64_t width : widths) key += std::to_string(width) + ",";
+  std::array<int, lt::kRowBuckets> best{};
+  if (auto it = memo.find(key); it != memo.end()) {
+    for (int b = 0; b < lt::kRowBuckets; ++b)
+      best[static_cast<size_t>(b)] = lt::heuristic(it->second, lt::bucket_top(b));
+    return lt::by_rows(stacked, best);
+  }
+
+  // Created (and destroyed) outside the lock, which its allocation takes itself.
+  Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
+  if (!gemm.ok()) return gemm.status();
+  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+  const int64_t m_max = rows_of(last);
+  void* x = nullptr;
+  void* y = nullptr;
+  void* scratch = nullptr;
+  const int64_t scratch_size = std::max<int64_t>(cuda::CublasLtGemm::scratch_bytes(m_max, k, type), 16);
+  GEARBOX_CUDA(cudaMalloc(&x, static_cast<size_t>(m_max * k * 4)));
+  const auto free_all = [&] {
+    for (void* p : {x, y, scratch}) (void)cudaFree(p);
+  };
+  Status s = cuda_check(cudaMalloc(&y, static_cast<size_t>(m_max * total * 4)), "cudaMalloc");
+  if (s.ok()) s = cuda_check(cudaMalloc(&scratch, static_cast<size_t>(scratch_size)), "cudaMalloc");
+  // Inputs of a small, varied magnitude (0x3c3c3c3c: 0.0115 as f32, 0.0115 as bf16 pairs),
+  // not zeros; the converted copy comes from it as the linear's would.
+  if (s.ok()) s = cuda_check(cudaMemset(x, 0x3c, static_cast<size_t>(m_max * k * 4)), "cudaMemset");
+  if (s.ok() && type != DataType::kF32) {
+    s = cuda::CublasLtGemm::convert_input(static_cast<const float*>(x), type, m_max, k, scratch, nullptr);
+  }
+  for (int b = first; s.ok() && b <= last; ++b) {
+    const int64_t m = rows_of(b);
+    std::vector<std::vector<cublasLtMatmulHeuristicResult_t>> found(widths.size());
+    size_t candidates = 0;
+    for (size_t g = 0; g < widths.size() && s.ok(); ++g) {
+      s = (*gemm)->heuristics(m, widths[g], k, type, kAltAlgos + 1, &found[g], out);
+      candidates = std::max(candidates, found[g].size());
+    }
+    double best_us = -1.0;
+    for (size_t i = 0; s.ok() && i < candidates; ++i) {
+      Result<double> us = median_device_us([&]() -> Status {
+        for (size_t g = 0; g < widths.size(); ++g) {
+          const cublasLtMatmulAlgo_t* algo = &found[g][std::min(i, found[g].size() - 1)].algo;
+          GEARBOX_RETURN_IF_ERROR(
+              type == DataType::kF32 ? (*gemm)->run(algo, static_cast<const float*>(x), w[g], type, nullptr,
+                                                    static_cast<float*>(y), m, widths[g], k, scratch, nullptr)
+              : out == DataType::kF32
+                  ? (*gemm)->run_converted(algo, scratch, w[g], type, nullptr, static_cast<float*>(y), m, widths[g], k,
+                                           nullptr)
+                  : (*gemm)->run_converted_rounded(algo, scratch, w[g], type, y, m, widths[g], k, nullptr));
+        }
+        return {};
+      });
+      if (!us.ok()) {
+        s = us.status();
+      } else if (best_us < 0 || *us < best_us) {
+        best_us = *us;
+        best[static_cast<size_t>(b)] = static_cast<int>(i);
+      }
+    }
+  }
+  free_all();
+  GEARBOX_RETURN_IF_ERROR(s);
+  for (int b = 0; b < first; ++b) best[static_cast<size_t>(b)] = best[static_cast<size_t>(first)];
+  for (int b = last + 1; b < lt::kRowBuckets; ++b) best[static_cast<size_t>(b)] = best[static_cast<size_t>(last)];
+  const uint32_t refined = lt::by_rows(stacked, best);
+  memo.emplace(key, refined);
+  return refined;
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(cudaDeviceProp prop) : prop_(prop) {}
@@ -1324,6 +1471,17 @@ class CudaBackend final : public DeviceBackend {
     }
   }
 
+  std::string tactic_name(const Node& node, uint32_t tactic) const override {
+    if (node.kind == OpKind::kLinear && lt::is_by_rows(tactic)) return lt::by_rows_name(tactic);
+    return DeviceBackend::tactic_name(node, tactic);
+  }
+
+  Result<uint32_t> refine_tactic(const Network& net, const DeviceWeights& weights, size_t node, uint32_t tactic,
+                                 std::span<const Dims> min_dims, std::span<const Dims> max_dims,
+                                 TuningMemo& memo) const override {
+    return refine_by_rows(net, static_cast<const CudaWeights&>(weights), node, tactic, min_dims, max_dims, memo);
+  }
+
   bool tactic_valid(const Network& net, const Node& node, uint32_t tactic,
                     std::span<const Dims> max_dims) const override {
     switch (node.kind) {
@@ -1336,7 +1494,7 @@ class CudaBackend final : public DeviceBackend {
           return geometries && ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) == 1;
         }
         if (is_stacked(tactic)) return fusion_enabled() && stackable(net, node);
-        return tactic == kLinearCublasLt || (tactic > kLinearCublasLtAlt && tactic <= kLinearCublasLtAlt + kAltAlgos);
+        return lt::is_per_output(tactic);
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
         if (tactic == kAttentionMma) return bf16_linears(net);
