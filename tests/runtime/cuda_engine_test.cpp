@@ -169,6 +169,44 @@ TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
   }
 }
 
+// The prefill profile's shapes vary, so its calls run launch by launch, except that a call
+// whose addresses and dims were met before replays a graph captured then (at most 4 kept
+// per profile, the least recently used replaced). Calls of one shape at new positions with
+// new tokens (what a replay must read afresh), shapes that come back after being replaced,
+// and one token at a time on that profile all give the CPU's logits; the debug log counts
+// the captures.
+TEST(CudaEngine, PrefillShapesThatComeBackReplayACapturedGraph) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  models::Gemma3Config c = tiny_config();
+  c.dtype = DataType::kBF16;
+  TestEngine cuda = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+  TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+  Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  // 3 tokens: launches, capture 1, replay; 1, 2, 4, 5 and 6 tokens twice each (captures 2-6;
+  // the graphs of 1 then 2 tokens replaced, 3 replayed twice in between); 1 token twice
+  // again (met anew after its graph went: launches, capture 7). 53 positions of 64.
+  const std::vector<int64_t> lengths = {3, 3, 3, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 1, 1};
+  int64_t position = 0;
+  const std::vector<std::string> lines = debug_lines([&] {
+    for (int64_t t : lengths) {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < t; ++i) ids.push_back((position * 13 + i * 7 + 5) % c.vocab);
+      const TokenInputs call(ids, position);
+      EXPECT_LT(relative_error(run(*gpu, call, ProfileRequest::named("prefill")),
+                               run(*ref, call, ProfileRequest::named("prefill"))),
+                2e-2)
+          << t << " tokens at position " << position;
+      position += t;
+    }
+  });
+  ASSERT_LE(position, c.max_context);
+  const auto captures = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("captured a graph for a shape it met before") != std::string::npos;
+  });
+  EXPECT_EQ(captures, 7);
+}
+
 // A profile whose row count spans several buckets (here 1 to 300 tokens: buckets to 16, 32,
 // ... 512) stores, for each cuBLASLt linear, a row-bucketed tactic: the heuristic each
 // bucket's timing chose (devices/cuda/linear_tactics.h). Whatever heuristic a bucket names,

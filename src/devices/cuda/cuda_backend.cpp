@@ -1,6 +1,7 @@
 // The CUDA device: weights uploaded once in their checkpoint dtype, f32 activations, our
 // kernels (devices/cuda/kernels.h) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
-// graph per static-shape profile (decode) captured once per context and replayed.
+// graph per static-shape profile (decode) captured once per context and replayed (and, for
+// a profile whose shapes vary, per shape that comes back: ShapeGraphs).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -221,6 +222,48 @@ struct CapturedGraph {
   enum class Pick { kOpen, kWhole, kSteps } pick = Pick::kOpen;
 };
 
+// A profile whose shapes vary (prefill) enqueues a few hundred launches per call, 2-3 ms of
+// host time on the 1B shape, which bounds short calls. Its calls whose addresses and dims
+// come back (a benchmark, a fixed chunk size, one token at a time on that profile) replay a
+// graph instead: captured the second time a key is met (a key met once runs launch by
+// launch, so one-off shapes pay no capture), at most kShapeGraphs kept per profile, the
+// least recently used replaced. GEARBOX_CUDA_SHAPE_GRAPHS=0: every such call launch by
+// launch (as before).
+constexpr size_t kShapeGraphs = 4;
+constexpr size_t kShapeKeysSeen = 8;
+
+struct ShapeGraphs {
+  struct Entry {
+    std::vector<int64_t> key;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t used = 0;
+  };
+  std::vector<Entry> graphs;
+  std::vector<std::vector<int64_t>> seen;  // keys met once, oldest first
+  uint64_t clock = 0;
+};
+
+bool shape_graphs_enabled() {
+  static const bool on = cuda::switch_on("GEARBOX_CUDA_SHAPE_GRAPHS");
+  return on;
+}
+
+/// A launch's key for ShapeGraphs: every tensor's, state's and the scratch's address, and
+/// every tensor's dims.
+std::vector<int64_t> shape_key(const NetworkLaunch& launch) {
+  std::vector<int64_t> key;
+  key.reserve(launch.tensors.size() * 4 + launch.states.size() + 1);
+  const auto address = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
+  for (void* t : launch.tensors) key.push_back(address(t));
+  for (void* st : launch.states) key.push_back(address(st));
+  key.push_back(address(launch.scratch));
+  for (const Dims& d : launch.dims) {
+    key.push_back(d.rank());
+    for (int32_t i = 0; i < d.rank(); ++i) key.push_back(d[i]);
+  }
+  return key;
+}
+
 // One launch of the network: a single node, or a fused chain of nodes (see plan_steps).
 struct Step {
   enum Kind { kSingle, kHeadNormRope, kNormAddNorm, kGatedLinear } kind = kSingle;
@@ -260,6 +303,9 @@ class CudaContextState final : public DeviceContextState {
       if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
       if (g.steps != nullptr) (void)cudaGraphExecDestroy(g.steps);
     }
+    for (ShapeGraphs& p : shape_graphs) {
+      for (ShapeGraphs::Entry& e : p.graphs) (void)cudaGraphExecDestroy(e.exec);
+    }
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (fault_host != nullptr) (void)cudaFreeHost(fault_host);
     if (whole_layers != nullptr) (void)cudaFree(whole_layers);
@@ -270,7 +316,8 @@ class CudaContextState final : public DeviceContextState {
   int* fault_host = nullptr;
   int* fault_device = nullptr;  // the same int as the kernels address it
   std::unique_ptr<cuda::CublasLtGemm> gemm;
-  std::vector<CapturedGraph> graphs;  // per profile
+  std::vector<CapturedGraph> graphs;      // per profile
+  std::vector<ShapeGraphs> shape_graphs;  // per profile (those whose shapes vary)
   // The network's steps (fused chains and single nodes), planned on first use.
   std::vector<Step> steps;
   const Network* steps_for = nullptr;
@@ -1235,6 +1282,44 @@ void cuda_free_host(void* p) {
 // node's launches, cuBLASLt's included.
 constexpr int64_t kTimingSpinMicros = 200;
 
+/// A call of a profile whose shapes vary (ShapeGraphs): the graph of its key, the key
+/// captured now if met before, else the launches themselves.
+Status launch_shape_graph(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
+                          ShapeGraphs& cache, const std::vector<Step>& steps, cudaStream_t stream) {
+  std::vector<int64_t> key = shape_key(launch);
+  ++cache.clock;
+  for (ShapeGraphs::Entry& e : cache.graphs) {
+    if (e.key == key) {
+      e.used = cache.clock;
+      return cuda_check(cudaGraphLaunch(e.exec, stream), "cudaGraphLaunch");
+    }
+  }
+  const auto seen = std::find(cache.seen.begin(), cache.seen.end(), key);
+  if (seen == cache.seen.end()) {
+    if (cache.seen.size() == kShapeKeysSeen) cache.seen.erase(cache.seen.begin());
+    cache.seen.push_back(std::move(key));
+    return run_all(net, weights, launch, stream, steps);
+  }
+  cache.seen.erase(seen);
+  cudaGraphExec_t exec = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+    Result<cudaGraphExec_t> captured = capture_graph(net, weights, launch, stream, steps, nullptr);
+    if (!captured.ok()) return captured.status();
+    exec = *captured;
+  }
+  GEARBOX_LOG(kDebug, "cuda: profile %d captured a graph for a shape it met before", launch.profile);
+  if (cache.graphs.size() == kShapeGraphs) {
+    auto oldest =
+        std::min_element(cache.graphs.begin(), cache.graphs.end(),
+                         [](const ShapeGraphs::Entry& a, const ShapeGraphs::Entry& b) { return a.used < b.used; });
+    GEARBOX_CUDA(cudaGraphExecDestroy(oldest->exec));
+    cache.graphs.erase(oldest);
+  }
+  cache.graphs.push_back({std::move(key), exec, cache.clock});
+  return cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
+}
+
 /// Times a profile's two decode graphs (the whole-step kernel's, g.exec, and the steps',
 /// g.steps) on this launch's inputs, alternating them, and keeps the faster for good. Running
 /// the step more than once is harmless: it rewrites the same outputs and the same KV-cache
@@ -1606,6 +1691,7 @@ class CudaBackend final : public DeviceBackend {
     if (!gemm.ok()) return gemm.status();
     state->gemm = std::move(*gemm);
     state->graphs.resize(static_cast<size_t>(profiles));
+    state->shape_graphs.resize(static_cast<size_t>(profiles));
     return std::unique_ptr<DeviceContextState>(std::move(state));
   }
 
@@ -1661,7 +1747,11 @@ class CudaBackend final : public DeviceBackend {
       state->steps = plan_steps(net);
       state->steps_for = &net;
     }
-    if (!launch.static_shapes) return run_all(net, w, launch, s, state->steps);
+    if (!launch.static_shapes) {
+      if (!shape_graphs_enabled()) return run_all(net, w, launch, s, state->steps);
+      return launch_shape_graph(net, w, launch, state->shape_graphs[static_cast<size_t>(launch.profile)], state->steps,
+                                s);
+    }
     // A static-shape profile: replay the graph captured with these addresses, or capture.
     CapturedGraph& g = state->graphs[static_cast<size_t>(launch.profile)];
     std::vector<void*> key = launch.tensors;

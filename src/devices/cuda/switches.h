@@ -1,5 +1,6 @@
 // Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL,
 // GEARBOX_CUDA_CLUSTER_COMBINE, GEARBOX_CUDA_ROUNDED_GATE_UP, GEARBOX_CUDA_HEAD_NORM_WARPS,
+// GEARBOX_CUDA_SHAPE_GRAPHS,
 // and GEARBOX_CUDA_GEMV_GEOMETRIES and GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each
 // on unless set to "0", for measuring what each mechanism buys
 // (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off unless "1" or "auto") is read in
