@@ -15,6 +15,7 @@
 #include <string>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/check.h"
@@ -46,8 +47,9 @@ using ir::OpKind;
 // (tactics kLinearStacked + i), and the tensor-core prefill writes the new cache rows itself.
 // 8: a gated MLP's gate / up GEMMs write their outputs in the weights' 16-bit type
 // (rounded_gate_up: other cuBLASLt algorithms, the stacked tactic without split_columns).
-// 9: cuBLASLt linears hold a heuristic per bucket of row counts (linear_tactics.h), and the
-// q / k norm + RoPE of several tokens runs a warp per head.
+// 9: cuBLASLt linears hold a heuristic per bucket of row counts (linear_tactics.h), the
+// q / k norm + RoPE of several tokens runs a warp per head, and a gated MLP's gate / up
+// linear is timed with its activation (fused into the GEMV, a launch after the GEMM).
 constexpr int kKernelsVersion = 9;
 
 // Tactic ids (stored in engine files); the cuBLASLt ones and their row-bucketed form are in
@@ -1320,6 +1322,85 @@ Status launch_shape_graph(const Network& net, const CudaWeights& weights, const 
   return cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
 }
 
+/// What the builder's timing of a gated MLP's gate / up linear (the first node of a
+/// kGatedLinear step) needs besides the node's own tensors: the activation and a buffer for
+/// its output (the builder allocates only the timed node's tensors). `out` null: another
+/// node. The buffer is freed with this.
+struct GatedTiming {
+  cuda::GatedActivation activation = cuda::GatedActivation::kGeluTanh;
+  float* out = nullptr;
+  int64_t rows = 0, width = 0;
+  GatedTiming() = default;
+  GatedTiming(const GatedTiming&) = delete;
+  GatedTiming& operator=(const GatedTiming&) = delete;
+  GatedTiming(GatedTiming&& o) noexcept
+      : activation(o.activation), out(std::exchange(o.out, nullptr)), rows(o.rows), width(o.width) {}
+  ~GatedTiming() {
+    if (out != nullptr) (void)cudaFree(out);  // the caller holds the capture lock
+  }
+};
+
+/// GatedTiming for node n (the caller holds the capture lock).
+Result<GatedTiming> gated_timing(const Network& net, size_t n, const NodeArgs& args) {
+  GatedTiming g;
+  if (net.nodes[n].kind != OpKind::kLinear || net.nodes[n].outputs.size() != 2) return g;
+  const std::vector<Step> steps = plan_steps(net);
+  const Step* step = step_starting_at(steps, n);
+  if (step == nullptr || step->kind != Step::kGatedLinear) return g;
+  const Node& act = net.nodes[step->nodes[1]];
+  const Dims& gate = args.dims[static_cast<size_t>(act.inputs[0])];
+  g.activation = gated_activation(act);
+  g.rows = ir::row_count(gate);
+  g.width = gate[gate.rank() - 1];
+  GEARBOX_CUDA(cudaMalloc(&g.out, static_cast<size_t>(std::max<int64_t>(g.rows * g.width, 1)) * sizeof(float)));
+  return g;
+}
+
+/// The gate / up linear n and its activation into g.out, on the legacy stream: gemv_gated for
+/// a GEMV tactic (as run_gated_gemv), else the linear then the activation of its outputs (as
+/// run_gated_gemm with an f32 activation output; rounded: the linear's 16-bit outputs).
+Status run_gated_linear_timed(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic,
+                              const NodeArgs& args, RoundedGateUp* rounded, const GatedTiming& g) {
+  const Node& linear = net.nodes[n];
+  const auto wid = [&](size_t i) { return static_cast<size_t>(linear.weights[i]); };
+  const DataType type = weights.type[wid(0)];
+  if (is_gemv(tactic)) {
+    const Dims& x = args.dims[static_cast<size_t>(linear.inputs[0])];
+    const auto bias = [&](size_t o) {
+      return linear.attrs.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(2 + o)]) : nullptr;
+    };
+    return by_weight_type(type, [&](auto tag) -> Status {
+      using W = decltype(tag);
+      return cuda_check(
+          cuda::gemv_gated<W>(static_cast<const float*>(args.tensors[static_cast<size_t>(linear.inputs[0])]),
+                              static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]),
+                              bias(0), bias(1), g.activation, g.out, ir::row_count(x), g.width, x[x.rank() - 1],
+                              nullptr, gemv_geometry(tactic)),
+          "linear + gated activation (fused gemv)");
+    });
+  }
+  GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, weights, n, tactic, args, nullptr, false, nullptr, rounded));
+  if (rounded != nullptr) {
+    return by_weight_type(type, [&](auto tag) -> Status {
+      using W = decltype(tag);
+      if constexpr (std::is_same_v<W, float>) {
+        return internal_error("f32 weights have no rounded gate / up");
+      } else {
+        return cuda_check(
+            cuda::gated_activation_rows(static_cast<const W*>(rounded->gate), static_cast<const W*>(rounded->up),
+                                        rounded->ld, g.activation, g.out, g.rows, g.width, nullptr),
+            "gated activation of 16-bit rows");
+      }
+    });
+  }
+  const auto* gate = static_cast<const float*>(args.tensors[static_cast<size_t>(linear.outputs[0])]);
+  const auto* up = static_cast<const float*>(args.tensors[static_cast<size_t>(linear.outputs[1])]);
+  return cuda_check(g.activation == cuda::GatedActivation::kGeluTanh
+                        ? cuda::gelu_tanh_mul(gate, up, g.out, g.rows * g.width, nullptr)
+                        : cuda::silu_mul(gate, up, g.out, g.rows * g.width, nullptr),
+                    "gated activation");
+}
+
 /// Times a profile's two decode graphs (the whole-step kernel's, g.exec, and the steps',
 /// g.steps) on this launch's inputs, alternating them, and keeps the faster for good. Running
 /// the step more than once is harmless: it rewrites the same outputs and the same KV-cache
@@ -1801,14 +1882,19 @@ class CudaBackend final : public DeviceBackend {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     const CudaEvent start(cudaEventDefault), stop(cudaEventDefault);
     if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
-    // A gate / up linear is timed as it runs: its outputs rounded to 16 bits (rounded_gate_up).
+    // A gate / up linear is timed as it runs: with its activation (fused into the GEMV, or a
+    // launch after the GEMM), its outputs rounded to 16 bits where rounded_gate_up holds.
+    const auto& w = static_cast<const CudaWeights&>(weights);
+    Result<GatedTiming> gated = gated_timing(net, node, args);
+    if (!gated.ok()) return gated.status();
     RoundedGateUp rounded;
     const bool gate_up = rounded_gate_up_node(net, node, tactic);
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
-    Status s = run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr, false, nullptr,
-                             gate_up ? &rounded : nullptr);
+    Status s = gated->out != nullptr
+                   ? run_gated_linear_timed(net, w, node, tactic, args, gate_up ? &rounded : nullptr, *gated)
+                   : run_cuda_node(net, w, node, tactic, args, nullptr, false, nullptr, gate_up ? &rounded : nullptr);
     const double enqueue_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
