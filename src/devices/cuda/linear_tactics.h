@@ -4,7 +4,7 @@
 //
 // A cuBLASLt tactic names one of the heuristics cuBLASLt returns for the call's shape (M, N,
 // K), not one algorithm: heuristic 0 at M = 128 and at M = 512 are often different kernels.
-// Timed at the profile's opt rows only, the index that won there can lose 10-17% at other M
+// Timed at the profile's opt rows only, the index that won there can lose up to 17% at other M
 // (docs/PERFORMANCE.md). A row-bucketed tactic holds one heuristic index per bucket of row
 // counts (powers of two from 16 up), each chosen by timing at the bucket's top row count
 // (refine_tactic in cuda_backend.cpp).
