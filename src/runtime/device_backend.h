@@ -93,10 +93,9 @@ class DeviceBackend {
   /// opt dims: a tactic that also holds choices for the other shapes of the profile, from
   /// `min_dims` to `max_dims` (all tensors), timed now; `tactic` itself where the device has
   /// none. The CUDA device chooses cuBLASLt's heuristic per bucket of row counts.
-  virtual Result<uint32_t> refine_tactic(const ir::Network& net, const DeviceWeights& weights, size_t node,
-                                         uint32_t tactic, std::span<const Dims> min_dims,
-                                         std::span<const Dims> max_dims, TuningMemo& memo) const {
-    (void)net, (void)weights, (void)node, (void)min_dims, (void)max_dims, (void)memo;
+  virtual Result<uint32_t> refine_tactic(const ir::Network& /*net*/, const DeviceWeights& /*weights*/, size_t /*node*/,
+                                         uint32_t tactic, std::span<const Dims> /*min_dims*/,
+                                         std::span<const Dims> /*max_dims*/, TuningMemo& /*memo*/) const {
     return tactic;
   }
   /// True when `tactic` can run `node` of `net` for every shape up to `max_dims` (all

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <span>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -1126,21 +1127,23 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
 /// conversion would have written), and the f32 activation is never stored. Where
 /// rounded_gate_up holds, the GEMMs write gate and up in the weights' type and the
 /// activation reads them so (gated_activation_rows).
-Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step, const NetworkLaunch& launch,
-                      const NodeArgs& args, cudaStream_t stream, bool input_in_scratch) {
+Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step,
+                      std::span<const uint32_t> tactics, const NodeArgs& args, cudaStream_t stream,
+                      bool input_in_scratch) {
   const auto run = [&](size_t node, bool in_scratch) {
-    return run_cuda_node(net, weights, node, launch.tactics[node], args, stream, in_scratch)
+    return run_cuda_node(net, weights, node, tactics[node], args, stream, in_scratch)
         .with_context(net.nodes[node].name);
   };
   const Node& act = net.nodes[step.nodes[1]];
-  const size_t down = step.nodes.size() == 3 ? step.nodes[2] : step.nodes[1];
-  const DataType type = weights.type[static_cast<size_t>(net.nodes[down].weights[0])];
-  const bool into_down_gemm = step.nodes.size() == 3 && !is_gemv(launch.tactics[down]) && type != DataType::kF32;
+  const bool has_down = step.nodes.size() == 3;
+  const size_t down = has_down ? step.nodes[2] : step.nodes[1];
+  const DataType type = has_down ? weights.type[static_cast<size_t>(net.nodes[down].weights[0])] : DataType::kF32;
+  const bool into_down_gemm = has_down && !is_gemv(tactics[down]) && type != DataType::kF32;
   const size_t linear = step.nodes[0];
-  if (rounded_gate_up(net, &step, launch.tactics[linear])) {
+  if (rounded_gate_up(net, &step, tactics[linear])) {
     RoundedGateUp g;
     GEARBOX_RETURN_IF_ERROR(
-        run_cuda_node(net, weights, linear, launch.tactics[linear], args, stream, input_in_scratch, nullptr, &g)
+        run_cuda_node(net, weights, linear, tactics[linear], args, stream, input_in_scratch, nullptr, &g)
             .with_context(net.nodes[linear].name));
     const Dims& gate_dims = args.dims[static_cast<size_t>(act.inputs[0])];
     const int64_t rows = ir::row_count(gate_dims), width = gate_dims[gate_dims.rank() - 1];
@@ -1243,7 +1246,7 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
         s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
       }
     } else {  // a GEMM: the linear, then the activation (into the down projection's GEMM)
-      s = run_gated_gemm(net, weights, step, launch, args, stream, input_in_scratch);
+      s = run_gated_gemm(net, weights, step, launch.tactics, args, stream, input_in_scratch);
     }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }
@@ -1322,84 +1325,55 @@ Status launch_shape_graph(const Network& net, const CudaWeights& weights, const 
   return cuda_check(cudaGraphLaunch(exec, stream), "cudaGraphLaunch");
 }
 
-/// What the builder's timing of a gated MLP's gate / up linear (the first node of a
-/// kGatedLinear step) needs besides the node's own tensors: the activation and a buffer for
-/// its output (the builder allocates only the timed node's tensors). `out` null: another
-/// node. The buffer is freed with this.
-struct GatedTiming {
-  cuda::GatedActivation activation = cuda::GatedActivation::kGeluTanh;
-  float* out = nullptr;
-  int64_t rows = 0, width = 0;
+/// The builder's timing of a gated MLP's gate / up linear n (the first node of a
+/// kGatedLinear step), as its step runs it: the step's linear and activation (without the
+/// down projection) through run_gated_gemv / run_gated_gemm, the activation into a buffer of
+/// its own (the builder allocates only the timed node's tensors; an f32 output where a
+/// GEMM-fed down projection would read 16 bits, the same for every tactic of the node).
+/// Empty for any other node. The caller holds the capture lock.
+class GatedTiming {
+ public:
+  static Result<GatedTiming> for_node(const Network& net, size_t n, const NodeArgs& args) {
+    GatedTiming g;
+    if (net.nodes[n].kind != OpKind::kLinear || net.nodes[n].outputs.size() != 2) return g;
+    const std::vector<Step> steps = plan_steps(net);
+    const Step* step = step_starting_at(steps, n);
+    if (step == nullptr || step->kind != Step::kGatedLinear) return g;
+    g.pair_ = {Step::kGatedLinear, {n, step->nodes[1]}};
+    const auto out = static_cast<size_t>(net.nodes[step->nodes[1]].outputs[0]);
+    GEARBOX_CUDA(cudaMalloc(&g.out_, static_cast<size_t>(std::max<int64_t>(args.dims[out].volume(), 1)) * 4));
+    g.tensors_.assign(args.tensors.begin(), args.tensors.end());
+    g.tensors_[out] = g.out_;
+    g.tactics_.assign(net.nodes.size(), kDefault);
+    return g;
+  }
   GatedTiming() = default;
   GatedTiming(const GatedTiming&) = delete;
   GatedTiming& operator=(const GatedTiming&) = delete;
   GatedTiming(GatedTiming&& o) noexcept
-      : activation(o.activation), out(std::exchange(o.out, nullptr)), rows(o.rows), width(o.width) {}
+      : pair_(std::move(o.pair_)),
+        out_(std::exchange(o.out_, nullptr)),
+        tensors_(std::move(o.tensors_)),
+        tactics_(std::move(o.tactics_)) {}
   ~GatedTiming() {
-    if (out != nullptr) (void)cudaFree(out);  // the caller holds the capture lock
+    if (out_ != nullptr) (void)cudaFree(out_);
   }
+
+  bool applies() const { return out_ != nullptr; }
+  /// The pair under `tactic` on the legacy stream.
+  Status run(const Network& net, const CudaWeights& weights, uint32_t tactic, const NodeArgs& args) {
+    const NodeArgs timed{tensors_, args.dims, args.scratch, args.states, args.context};
+    if (is_gemv(tactic)) return run_gated_gemv(net, weights, pair_, tactic, timed, nullptr);
+    tactics_[pair_.nodes[0]] = tactic;
+    return run_gated_gemm(net, weights, pair_, tactics_, timed, nullptr, false);
+  }
+
+ private:
+  Step pair_;
+  float* out_ = nullptr;
+  std::vector<void*> tensors_;     // the node's, and out_ as the activation's output
+  std::vector<uint32_t> tactics_;  // per node: the linear's under test, else kDefault
 };
-
-/// GatedTiming for node n (the caller holds the capture lock).
-Result<GatedTiming> gated_timing(const Network& net, size_t n, const NodeArgs& args) {
-  GatedTiming g;
-  if (net.nodes[n].kind != OpKind::kLinear || net.nodes[n].outputs.size() != 2) return g;
-  const std::vector<Step> steps = plan_steps(net);
-  const Step* step = step_starting_at(steps, n);
-  if (step == nullptr || step->kind != Step::kGatedLinear) return g;
-  const Node& act = net.nodes[step->nodes[1]];
-  const Dims& gate = args.dims[static_cast<size_t>(act.inputs[0])];
-  g.activation = gated_activation(act);
-  g.rows = ir::row_count(gate);
-  g.width = gate[gate.rank() - 1];
-  GEARBOX_CUDA(cudaMalloc(&g.out, static_cast<size_t>(std::max<int64_t>(g.rows * g.width, 1)) * sizeof(float)));
-  return g;
-}
-
-/// The gate / up linear n and its activation into g.out, on the legacy stream: gemv_gated for
-/// a GEMV tactic (as run_gated_gemv), else the linear then the activation of its outputs (as
-/// run_gated_gemm with an f32 activation output; rounded: the linear's 16-bit outputs).
-Status run_gated_linear_timed(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic,
-                              const NodeArgs& args, RoundedGateUp* rounded, const GatedTiming& g) {
-  const Node& linear = net.nodes[n];
-  const auto wid = [&](size_t i) { return static_cast<size_t>(linear.weights[i]); };
-  const DataType type = weights.type[wid(0)];
-  if (is_gemv(tactic)) {
-    const Dims& x = args.dims[static_cast<size_t>(linear.inputs[0])];
-    const auto bias = [&](size_t o) {
-      return linear.attrs.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(2 + o)]) : nullptr;
-    };
-    return by_weight_type(type, [&](auto tag) -> Status {
-      using W = decltype(tag);
-      return cuda_check(
-          cuda::gemv_gated<W>(static_cast<const float*>(args.tensors[static_cast<size_t>(linear.inputs[0])]),
-                              static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]),
-                              bias(0), bias(1), g.activation, g.out, ir::row_count(x), g.width, x[x.rank() - 1],
-                              nullptr, gemv_geometry(tactic)),
-          "linear + gated activation (fused gemv)");
-    });
-  }
-  GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, weights, n, tactic, args, nullptr, false, nullptr, rounded));
-  if (rounded != nullptr) {
-    return by_weight_type(type, [&](auto tag) -> Status {
-      using W = decltype(tag);
-      if constexpr (std::is_same_v<W, float>) {
-        return internal_error("f32 weights have no rounded gate / up");
-      } else {
-        return cuda_check(
-            cuda::gated_activation_rows(static_cast<const W*>(rounded->gate), static_cast<const W*>(rounded->up),
-                                        rounded->ld, g.activation, g.out, g.rows, g.width, nullptr),
-            "gated activation of 16-bit rows");
-      }
-    });
-  }
-  const auto* gate = static_cast<const float*>(args.tensors[static_cast<size_t>(linear.outputs[0])]);
-  const auto* up = static_cast<const float*>(args.tensors[static_cast<size_t>(linear.outputs[1])]);
-  return cuda_check(g.activation == cuda::GatedActivation::kGeluTanh
-                        ? cuda::gelu_tanh_mul(gate, up, g.out, g.rows * g.width, nullptr)
-                        : cuda::silu_mul(gate, up, g.out, g.rows * g.width, nullptr),
-                    "gated activation");
-}
 
 /// Times a profile's two decode graphs (the whole-step kernel's, g.exec, and the steps',
 /// g.steps) on this launch's inputs, alternating them, and keeps the faster for good. Running
@@ -1523,12 +1497,9 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   std::string key = std::to_string(static_cast<int>(type)) + "/" + std::to_string(static_cast<int>(out)) + "/" +
                     std::to_string(k) + "/" + std::to_string(first) + "-" + std::to_string(rows_of(last)) + "/";
   for (int64_t width : widths) key += std::to_string(width) + ",";
+  // The widths in the key tell a stacked GEMM (one width) from one per output.
+  if (auto it = memo.find(key); it != memo.end()) return it->second;
   std::array<int, lt::kRowBuckets> best{};
-  if (auto it = memo.find(key); it != memo.end()) {
-    for (int b = 0; b < lt::kRowBuckets; ++b)
-      best[static_cast<size_t>(b)] = lt::heuristic(it->second, lt::bucket_top(b));
-    return lt::by_rows(stacked, best);
-  }
 
   // Created (and destroyed) outside the lock, which its allocation takes itself.
   Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
@@ -1885,16 +1856,12 @@ class CudaBackend final : public DeviceBackend {
     // A gate / up linear is timed as it runs: with its activation (fused into the GEMV, or a
     // launch after the GEMM), its outputs rounded to 16 bits where rounded_gate_up holds.
     const auto& w = static_cast<const CudaWeights&>(weights);
-    Result<GatedTiming> gated = gated_timing(net, node, args);
+    Result<GatedTiming> gated = GatedTiming::for_node(net, node, args);
     if (!gated.ok()) return gated.status();
-    RoundedGateUp rounded;
-    const bool gate_up = rounded_gate_up_node(net, node, tactic);
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
-    Status s = gated->out != nullptr
-                   ? run_gated_linear_timed(net, w, node, tactic, args, gate_up ? &rounded : nullptr, *gated)
-                   : run_cuda_node(net, w, node, tactic, args, nullptr, false, nullptr, gate_up ? &rounded : nullptr);
+    Status s = gated->applies() ? gated->run(net, w, tactic, args) : run_cuda_node(net, w, node, tactic, args, nullptr);
     const double enqueue_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
