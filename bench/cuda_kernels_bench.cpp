@@ -12,7 +12,7 @@
 //
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | qkv | gate_up |
-//                                 #            rows | decode_layers | graph_launch
+//                                 #            rows | decode_layers | graph_launch | layer
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -825,6 +825,108 @@ void bench_graph_launch(cudaStream_t stream) {
   }
 }
 
+// ---- one decode layer, and what each of its kernels costs in the chain ------------------------
+
+/// One decode layer at the 1B shape as the decode graph runs it (norm_add_norm, QKV GEMV,
+/// head_norm_rope, split-KV attention at context 128 writing the new row, O GEMV,
+/// norm_add_norm, gate/up + GELU GEMV, down GEMV; every weight from DRAM, launched with
+/// programmatic dependent launch), then the same chain with one kernel left out: the
+/// difference is what that kernel adds to the chain (its own time less what overlaps its
+/// neighbours). A sliding layer (window 512: 16 splits combined in a cluster) and a global
+/// one (32 splits and a combine kernel), as 5 of 6 and 1 of 6 Gemma-3 layers.
+void bench_layer(cudaStream_t stream) {
+  std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
+  constexpr int64_t H = 1152, I = 6912, hd = 256, q_heads = 4, qkv_n = (q_heads + 2) * hd, max_ctx = 2048;
+  constexpr int64_t qkv_w = qkv_n * H, o_w = H * q_heads * hd, gu_w = 2 * I * H, d_w = H * I;
+  constexpr int64_t layer_w = qkv_w + o_w + gu_w + d_w;
+  constexpr int kMaxSplitsEngine = 32;  // as the CUDA device launches it
+  const int copies = copies_for(layer_w * 2);
+  DeviceMemory w(static_cast<size_t>(layer_w * 2) * copies), norms(H * 4 * 2), inv_freq(hd / 2 * 4), pos(8);
+  fill_bf16(w.as<__nv_bfloat16>(), layer_w * copies, 11);
+  fill_bf16(norms.as<__nv_bfloat16>(), 4 * H, 12);
+  std::vector<float> freq;
+  for (int64_t i = 0; i < hd / 2; ++i) freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) / hd));
+  CHECK(cudaMemcpy(inv_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice));
+  const int64_t p127 = 127;
+  CHECK(cudaMemcpy(pos.ptr, &p127, 8, cudaMemcpyHostToDevice));
+  DeviceMemory kc(static_cast<size_t>(max_ctx * hd) * 4), vc(static_cast<size_t>(max_ctx * hd) * 4), h(H * 4),
+      res(H * 4), xn(H * 4), qkv(qkv_n * 4), qkv_r(qkv_n * 4), attn(q_heads * hd * 4), act(I * 4),
+      partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, q_heads, hd, kMaxSplitsEngine)) * 4);
+  fill_f32(kc.as<float>(), max_ctx * hd, 13);
+  fill_f32(vc.as<float>(), max_ctx * hd, 14);
+  fill_f32(h.as<float>(), H, 15);
+  fill_f32(res.as<float>(), H, 16);
+  const auto* g = norms.as<__nv_bfloat16>();
+  const cuda::GemvGeometry r2u2{2, 2}, r2u8{2, 8};
+  const cuda::HeadNormRope<__nv_bfloat16> parts[3] = {
+      {qkv.as<float>(), g, qkv_r.as<float>(), q_heads, 1e4f, 1.0f, inv_freq.as<float>(), qkv_n},
+      {qkv.as<float>() + q_heads * hd, g + hd, qkv_r.as<float>() + q_heads * hd, 1, 1e4f, 1.0f, inv_freq.as<float>(),
+       qkv_n},
+      {qkv.as<float>() + (q_heads + 1) * hd, nullptr, qkv_r.as<float>() + (q_heads + 1) * hd, 1, 0, 0, nullptr, qkv_n}};
+  struct Variant {
+    const char* name;
+    unsigned skip;  // bit k: leave out the layer's k-th kernel
+  };
+  const Variant variants[] = {{"whole layer", 0},
+                              {"without norm_add_norm 1", 1u << 0},
+                              {"without QKV", 1u << 1},
+                              {"without head_norm_rope", 1u << 2},
+                              {"without attention", 1u << 3},
+                              {"without O", 1u << 4},
+                              {"without norm_add_norm 2", 1u << 5},
+                              {"without gate/up", 1u << 6},
+                              {"without down", 1u << 7},
+                              {"GEMVs only", 0x2du},
+                              {"no GEMVs", 0xd2u}};
+  for (int64_t window : {512, 0}) {
+    for (const Variant& v : variants) {
+      const auto run = [&](unsigned k) { return (v.skip & (1u << k)) == 0; };
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        const __nv_bfloat16* qkv_wt = w.as<__nv_bfloat16>() + (i % copies) * layer_w;
+        const __nv_bfloat16* o_wt = qkv_wt + qkv_w;
+        const __nv_bfloat16* gate_wt = o_wt + o_w;
+        const __nv_bfloat16* down_wt = gate_wt + gu_w;
+        if (run(0)) {
+          CHECK(cuda::norm_add_norm(h.as<float>(), g, res.as<float>(), res.as<float>(), g + H, xn.as<float>(), 1, H,
+                                    1e-6f, 1.0f, stream));
+        }
+        if (run(1)) {
+          const cuda::GemvTarget<__nv_bfloat16> targets[3] = {
+              {qkv_wt, nullptr, qkv.as<float>(), q_heads * hd},
+              {qkv_wt + q_heads * hd * H, nullptr, qkv.as<float>() + q_heads * hd, hd},
+              {qkv_wt + (q_heads + 1) * hd * H, nullptr, qkv.as<float>() + (q_heads + 1) * hd, hd}};
+          CHECK(cuda::gemv_multi<__nv_bfloat16>(xn.as<float>(), targets, 3, 1, H, stream, r2u2));
+        }
+        if (run(2)) CHECK(cuda::head_norm_rope(parts, 3, pos.ptr, true, 1, hd, 1e-6f, 1.0f, nullptr, stream));
+        if (run(3)) {
+          CHECK(cuda::attention_decode(qkv_r.as<float>(), qkv_r.as<float>() + q_heads * hd,
+                                       qkv_r.as<float>() + (q_heads + 1) * hd, kc.as<float>(), vc.as<float>(), pos.ptr,
+                                       true, attn.as<float>(), 1, q_heads, 1, hd, max_ctx, window, 0.0625f,
+                                       partials.as<float>(), kMaxSplitsEngine, nullptr, stream,
+                                       /*positions_from_host=*/true));
+        }
+        if (run(4)) {
+          CHECK(cuda::gemv<__nv_bfloat16>(attn.as<float>(), o_wt, nullptr, h.as<float>(), 1, H, q_heads * hd, stream,
+                                          r2u2));
+        }
+        if (run(5)) {
+          CHECK(cuda::norm_add_norm(h.as<float>(), g + 2 * H, res.as<float>(), res.as<float>(), g + 3 * H,
+                                    xn.as<float>(), 1, H, 1e-6f, 1.0f, stream));
+        }
+        if (run(6)) {
+          CHECK(cuda::gemv_gated<__nv_bfloat16>(xn.as<float>(), gate_wt, gate_wt + I * H, nullptr, nullptr,
+                                                cuda::GatedActivation::kGeluTanh, act.as<float>(), 1, I, H, stream,
+                                                r2u8));
+        }
+        if (run(7)) {
+          CHECK(cuda::gemv<__nv_bfloat16>(act.as<float>(), down_wt, nullptr, h.as<float>(), 1, H, I, stream, r2u2));
+        }
+      });
+      print(std::string(window > 0 ? "sliding layer, " : "global layer, ") + v.name, t, layer_w * 2.0, 1e3, "GB/s");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -851,6 +953,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "rows") bench_rows(stream);
   if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
   if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
+  if (only.empty() || only == "layer") bench_layer(stream);
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -51,7 +51,9 @@ using ir::OpKind;
 // 9: cuBLASLt linears hold a heuristic per bucket of row counts (linear_tactics.h), the
 // q / k norm + RoPE of several tokens runs a warp per head, and a gated MLP's gate / up
 // linear is timed with its activation (fused into the GEMV, a launch after the GEMM).
-constexpr int kKernelsVersion = 9;
+// 10: GEMV launches run at most the resident blocks, each serving several blocks' worth of
+// rows (every geometry's time changes), and the decode attention loads its first keys early.
+constexpr int kKernelsVersion = 10;
 
 // Tactic ids (stored in engine files); the cuBLASLt ones and their row-bucketed form are in
 // linear_tactics.h.
@@ -584,10 +586,15 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
       const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
       if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
-        return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
-                                                 at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
-                          "attention (split-KV)");
+        // Positions that are a network input are written by no kernel of the network, and its
+        // first kernel waits for whatever wrote them (run_all).
+        const bool positions_from_host = std::any_of(
+            net.inputs.begin(), net.inputs.end(), [&](const ir::InputSpec& s) { return s.tensor == node.inputs[3]; });
+        return cuda_check(
+            cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
+                                   at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
+                                   static_cast<float*>(a.scratch), kMaxSplits, fault, stream, positions_from_host),
+            "attention (split-KV)");
       }
       if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
         return cuda_check(cuda::attention_prefill_mma(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
@@ -1204,6 +1211,12 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
                const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
   bool scratch_input = false;
+  // The first kernel waits for everything ahead of the network (launch.h): the decode
+  // attention reads the positions input before its own wait.
+  cuda::launch_next_plainly();
+  struct Forget {
+    ~Forget() { cuda::forget_plain_launch(); }
+  } forget;
   for (size_t i = 0; i < steps.size(); ++i) {
     if (whole != nullptr && i == whole->first_step) {
       GEARBOX_RETURN_IF_ERROR(

@@ -97,9 +97,14 @@ inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8
 /// N = 0 is a no-op; M > 8, or a geometry the launch does not take, is
 /// cudaErrorInvalidValue). Memory-bound: streams W once with 16-byte loads when
 /// K * sizeof(W) % 16 == 0 and w, x are 16-byte aligned.
+///
+/// A launch runs at most as many blocks as the device holds at once (fewer when max_blocks
+/// > 0 caps them, as tests do), each block serving several blocks' worth of rows in turn
+/// with the next one's loads in flight; GEARBOX_CUDA_GEMV_PERSISTENT=0 gives every block's
+/// worth its own block again.
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry);
+                 cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
 
 /// One weight of a gemv_multi launch: y [M, n] = x * w[n, K]^T (+ bias[n]).
 template <typename W>
@@ -113,7 +118,7 @@ struct GemvTarget {
 /// targets (host array), each computed as gemv() would. All share K and W.
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry);
+                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
 
 /// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
 enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
@@ -124,7 +129,7 @@ enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
                        GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
-                       GemvGeometry geometry = kGemvDefaultGeometry);
+                       GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
 
 // ---- attention --------------------------------------------------------------------------------
 // q [T, heads * head_dim], caches [max_ctx, kv_heads * head_dim], out [T, heads * head_dim].
@@ -155,10 +160,15 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// reads key p from k_new / v_new, so the decode step needs no separate launch).
 /// A position outside [0, max_ctx): its output rows are NaN, nothing is written to the
 /// caches for it, and *error_flag (nullable) is set.
+/// positions_from_host: `positions` and the cache rows below p are complete before the kernel
+/// ahead of this one starts (written ahead of the network, whose first kernel waits for them:
+/// launch.h), so with k_new at T = 1 the kernel loads its first K / V rows (all but p's)
+/// before it waits for the previous kernel; GEARBOX_CUDA_EARLY_KEYS=0 turns that off.
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, int* error_flag, cudaStream_t stream);
+                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                             bool positions_from_host = false);
 
 /// How many ways attention_prefill splits the keys of each block of 16 query rows: enough
 /// blocks to fill an H200 for short prompts (1 from 512 tokens at 4 heads), at most 8.
@@ -241,6 +251,16 @@ cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivat
 template <typename W, typename Out>
 cudaError_t gated_activation_rows(const W* gate, const W* up, int64_t ld, GatedActivation activation, Out* out,
                                   int64_t rows, int64_t n, cudaStream_t stream);
+/// The thread's next launch of one of these kernels goes out plainly, not with programmatic
+/// dependent launch (launch.h): a network's first kernel then starts only once all work
+/// enqueued ahead of the network has finished, so that no kernel of the network (each let
+/// in early by its predecessor) runs ahead of the copies and the caller's kernels that wrote
+/// its inputs. Before its wait, a kernel may thus read a network input that no kernel of the
+/// network writes (the decode attention's positions).
+void launch_next_plainly();
+/// Drops a launch_next_plainly() that no launch used (a network of cuBLASLt calls only).
+void forget_plain_launch();
+
 /// One thread that keeps the stream busy for at least `microseconds` (by the GPU's global
 /// timer): what the host enqueues behind it meanwhile then runs back to back, so events
 /// around it time the device work and not the host's launches (the builder's tuning).

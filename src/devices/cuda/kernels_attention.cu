@@ -47,6 +47,10 @@ struct AttentionArgs {
   int64_t window;
   float scale;
   int* error_flag;  // nullable: set to 1 by the decode kernel for a position outside the cache
+  // Decode with k_new only: positions and every cache row but p's are written by no kernel of
+  // the step, so the kernel reads them, and loads its first keys, before it waits for the
+  // previous kernel (launch.h).
+  bool keys_before_wait;
 };
 
 /// The first key a query at position p sees.
@@ -165,6 +169,13 @@ __device__ __forceinline__ int slice_dim(int lane, int i) {
 /// Splits one cluster can combine: H100 / H200 schedule clusters of up to 16 blocks.
 constexpr int kMaxClusterSplits = 16;
 
+/// GEARBOX_CUDA_EARLY_KEYS=0 keeps the decode kernel's first key loads after its wait for the
+/// previous kernel (for measuring).
+bool early_keys_enabled() {
+  static const bool enabled = switch_on("GEARBOX_CUDA_EARLY_KEYS");
+  return enabled;
+}
+
 /// GEARBOX_CUDA_CLUSTER_COMBINE=0 combines every split in the second kernel (for measuring).
 bool cluster_combine_enabled() {
   static const bool enabled = switch_on("GEARBOX_CUDA_CLUSTER_COMBINE");
@@ -251,7 +262,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float m_max_s[kG];
   __shared__ float l_sum_s[kG];
   allow_next_kernel();
-  wait_for_prior_kernels();
+  if (!a.keys_before_wait) wait_for_prior_kernels();
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 32;
@@ -270,6 +281,43 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int64_t begin = 0;
   int64_t end = 0;
   split_range(p, a, split, splits, &begin, &end);
+
+  // A step: the warp's next kDecodeKeysPerStep keys from `base`, K and V rows loaded at once.
+  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  float kf[kDecodeKeysPerStep][kDecodeSlots];
+  float vf[kDecodeKeysPerStep][kDecodeSlots];
+  // Key p comes from k_new / v_new (written by the previous kernel) when `fresh` is allowed.
+  const auto load_step = [&](int64_t base, bool fresh_allowed) {
+#pragma unroll
+    for (int b = 0; b < kDecodeKeysPerStep; ++b) {
+      const bool valid = base + b < end;  // invalid rows are not read (they may hold anything)
+      const bool fresh = a.k_new != nullptr && base + b == p;
+      load_slice<kVec4>(fresh ? a.k_new + static_cast<int64_t>(kvh) * D : k_head + (base + b) * kv_width, D, lane,
+                        kf[b], valid && (fresh_allowed || !fresh));
+      load_slice<kVec4>(fresh ? a.v_new + static_cast<int64_t>(kvh) * D : v_head + (base + b) * kv_width, D, lane,
+                        vf[b], valid && (fresh_allowed || !fresh));
+    }
+  };
+  const int64_t first_base = begin + warp * kDecodeKeysPerStep;
+  constexpr int64_t kStepStride = kDecodeThreads / 32 * kDecodeKeysPerStep;
+  if (a.keys_before_wait) {
+    // Every key of the first step but p's, then p's once the kernel that wrote k_new is done.
+    if (first_base < end) load_step(first_base, false);
+    wait_for_prior_kernels();
+    if (first_base <= p && p < first_base + kDecodeKeysPerStep && p < end) {
+      const int b = static_cast<int>(p - first_base);
+#pragma unroll
+      for (int i = 0; i < kDecodeKeysPerStep; ++i) {
+        if (i == b) {
+          load_slice<kVec4>(a.k_new + static_cast<int64_t>(kvh) * D, D, lane, kf[i], true);
+          load_slice<kVec4>(a.v_new + static_cast<int64_t>(kvh) * D, D, lane, vf[i], true);
+        }
+      }
+    }
+  } else if (first_base < end) {
+    load_step(first_base, true);
+  }
   if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !position_valid(p, a.max_ctx)) {
     atomicExch(a.error_flag, 1);
   }
@@ -302,20 +350,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // Scores in base-2 units (s * log2 e): exp2f is one MUFU op where expf is a dozen, and
   // softmax is unchanged: exp(s - m) = exp2(s log2 e - m log2 e).
   const float scale_log2 = a.scale * 1.4426950408889634f;
-  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
-  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
-  for (int64_t base = begin + warp * kDecodeKeysPerStep; base < end; base += kDecodeThreads / 32 * kDecodeKeysPerStep) {
-    float kf[kDecodeKeysPerStep][kDecodeSlots];
-    float vf[kDecodeKeysPerStep][kDecodeSlots];
-#pragma unroll
-    for (int b = 0; b < kDecodeKeysPerStep; ++b) {
-      const bool valid = base + b < end;  // invalid rows are not read (they may hold anything)
-      const bool fresh = a.k_new != nullptr && base + b == p;
-      load_slice<kVec4>(fresh ? a.k_new + static_cast<int64_t>(kvh) * D : k_head + (base + b) * kv_width, D, lane,
-                        kf[b], valid);
-      load_slice<kVec4>(fresh ? a.v_new + static_cast<int64_t>(kvh) * D : v_head + (base + b) * kv_width, D, lane,
-                        vf[b], valid);
-    }
+  for (int64_t base = first_base; base < end; base += kStepStride) {
+    if (base != first_base) load_step(base, true);  // the first step's rows are loaded above
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
       float q[kDecodeSlots];  // from shared memory each step: kG * 8 registers are too many
@@ -1365,7 +1401,8 @@ AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cac
                        max_ctx,
                        window,
                        scale,
-                       nullptr};
+                       nullptr,
+                       false};
 }
 
 }  // namespace
@@ -1402,7 +1439,8 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, int* error_flag, cudaStream_t stream) {
+                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                             bool positions_from_host) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
       max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr)) {
     return cudaErrorInvalidValue;
@@ -1421,6 +1459,7 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
     a.v_new = v_new;
     a.k_cache_out = k_cache;
     a.v_cache_out = v_cache;
+    a.keys_before_wait = positions_from_host && early_keys_enabled();
   } else if (k_new != nullptr) {
     const cudaError_t written = kv_cache_write(k_new, v_new, positions, pos_i64, T, kv_heads * head_dim, k_cache,
                                                v_cache, max_ctx, error_flag, stream);

@@ -367,6 +367,12 @@ __global__ void spin_kernel(uint64_t nanoseconds) {
 }
 }  // namespace
 
+thread_local int t_plain_launches = 0;
+
+void launch_next_plainly() { t_plain_launches = 1; }
+
+void forget_plain_launch() { t_plain_launches = 0; }
+
 cudaError_t spin(int64_t microseconds, cudaStream_t stream) {
   if (microseconds < 0) return cudaErrorInvalidValue;
   // A plain launch: nothing before it is waited for early, nothing after it starts early.

@@ -27,6 +27,8 @@
 //   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <iterator>
 #include <type_traits>
@@ -34,6 +36,7 @@
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 #include "devices/cuda/launch.h"
+#include "devices/cuda/switches.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -134,203 +137,266 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
   }
 }
 
-/// grid: total_blocks blocks of 256 threads, each block serving one target (see the file
-/// comment), so that the target's pointers are uniform over the block. kGated: one target
-/// whose group rows are gate rows o .. o + R/2 - 1 (w[0]) and the same up rows (w[1]) for the
-/// outputs o .. o + R/2 - 1 of y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
+/// The work of block b of a launch of total_blocks blocks (a "unit"): which target it serves
+/// and which of its rows this thread's group takes. A grid of fewer blocks runs units
+/// b, b + gridDim.x, ... on block b.
+template <typename W, bool kGated, int R>
+struct GemvUnit {
+  static constexpr int kOutsPerGroup = kGated ? R / 2 : R;
+  const W* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t N = 0;
+  int64_t n0 = 0;       // the group's first output
+  bool active = false;  // n0 < N; inactive threads still join the block's barriers
+
+  __device__ __forceinline__ GemvUnit(const GemvParams<W>& p, int64_t block, int tpr) {
+    // The unit's target; constant indices only, so p stays in the param space.
+    int64_t first_block = 0;
+    w = p.w[0];
+    bias = p.bias[0];
+    y = p.y[0];
+    N = p.n[0];
+    if constexpr (!kGated) {
+#pragma unroll
+      for (int i = 1; i < kGemvMaxTargets; ++i) {
+        if (i < p.count && block >= p.block_end[i - 1]) {
+          first_block = p.block_end[i - 1];
+          w = p.w[i];
+          bias = p.bias[i];
+          y = p.y[i];
+          N = p.n[i];
+        }
+      }
+    }
+    const int64_t group = (block - first_block) * (kGemvThreads / tpr) + static_cast<int>(threadIdx.x) / tpr;
+    n0 = group * kOutsPerGroup;
+    active = n0 < N;
+  }
+  /// Row r of the group (rows past N: any valid row, never loaded).
+  __device__ __forceinline__ bool row_in(int r) const { return n0 + r % kOutsPerGroup < N; }
+  __device__ __forceinline__ const W* row(const GemvParams<W>& p, int r) const {
+    const W* matrix = kGated && r >= kOutsPerGroup ? p.w[1] : w;
+    return matrix + (row_in(r) ? n0 + r % kOutsPerGroup : 0) * p.K;
+  }
+};
+
+/// grid: up to total_blocks blocks of 256 threads; block b serves units b, b + gridDim.x, ...
+/// (GemvUnit), each unit one target (see the file comment), so that the target's pointers
+/// are uniform over the block. A block with another unit to go issues that unit's first
+/// W loads before it reduces and stores the one it has, so a grid of resident blocks keeps
+/// loads in flight across units. kGated: one target whose group rows are gate rows
+/// o .. o + R/2 - 1 (w[0]) and the same up rows (w[1]) for the outputs o .. o + R/2 - 1 of
+/// y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
 template <typename W, int M, bool kVec, bool kGated, int R, int kUnroll>
 __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)) gemv_kernel(const GemvParams<W> p) {
   static_assert(R >= 1 && (!kGated || R % 2 == 0), "a gated group pairs R / 2 gate rows with R / 2 up rows");
-  constexpr int kOutsPerGroup = kGated ? R / 2 : R;
+  using Unit = GemvUnit<W, kGated, R>;
+  constexpr int kOutsPerGroup = Unit::kOutsPerGroup;
   using C = Chunk<W, kVec>;
   constexpr int E = C::kElems;
   __shared__ float partial[kGemvThreads / 32][M * R];
 
   const int tpr = p.threads_per_row;
   const int j = static_cast<int>(threadIdx.x) % tpr;
-  const auto block = static_cast<int64_t>(blockIdx.x);
-
-  // This block's target; constant indices only, so p stays in the param space.
-  int64_t first_block = 0;
-  const W* w = p.w[0];
-  const float* bias = p.bias[0];
-  float* y = p.y[0];
-  int64_t N = p.n[0];
-  if constexpr (!kGated) {
-#pragma unroll
-    for (int i = 1; i < kGemvMaxTargets; ++i) {
-      if (i < p.count && block >= p.block_end[i - 1]) {
-        first_block = p.block_end[i - 1];
-        w = p.w[i];
-        bias = p.bias[i];
-        y = p.y[i];
-        N = p.n[i];
-      }
-    }
-  }
-  const int64_t group = (block - first_block) * (kGemvThreads / tpr) + static_cast<int>(threadIdx.x) / tpr;
-  const int64_t n0 = group * kOutsPerGroup;  // the group's first output
-  const bool active = n0 < N;                // inactive threads still join the barrier below
-  const int64_t K = p.K;
-
-  float acc[M][R];
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
-  }
-
-  allow_next_kernel();
-  if (active) {
-    const int64_t chunks = K / E;  // kVec: K % E == 0
-    const int64_t stride = static_cast<int64_t>(tpr) * kUnroll;
-    // Row pointers hoisted out of the loop (rows past N: any valid row, never loaded).
-    const W* rows[R];
-    bool row_in[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int64_t n = n0 + r % kOutsPerGroup;
-      row_in[r] = n < N;
-      const W* matrix = kGated && r >= kOutsPerGroup ? p.w[1] : w;
-      rows[r] = matrix + (row_in[r] ? n : 0) * K;
-    }
-    C raw[kUnroll][R];
-    const auto fetch = [&](int64_t base) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = base + static_cast<int64_t>(u) * tpr;
-#pragma unroll
-        for (int r = 0; r < R; ++r) raw[u][r] = c < chunks && row_in[r] ? C::fetch(rows[r] + c * E) : C::zero();
-      }
-    };
-    // The first pass's weights depend on nothing the previous kernel writes: their loads
-    // are in flight while it finishes (launch.h).
-    fetch(j);
-    wait_for_prior_kernels();
-    for (int64_t base = j; base < chunks; base += stride) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t c = base + static_cast<int64_t>(u) * tpr;
-        if (c >= chunks) continue;
-        if constexpr (M == 1) {
-          // One row's floats live at a time: R * U chunks of W are already held in registers.
-          float xf[E];
-          load_x<E>(p.x + c * E, xf);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float wf[E];
-            raw[u][r].to_f32(wf);
-#pragma unroll
-            for (int e = 0; e < E; ++e) acc[0][r] = fmaf(xf[e], wf[e], acc[0][r]);
-          }
-        } else {
-          float wf[R][E];
-#pragma unroll
-          for (int r = 0; r < R; ++r) raw[u][r].to_f32(wf[r]);
-#pragma unroll
-          for (int m = 0; m < M; ++m) {
-            float xf[E];
-            load_x<E>(p.x + m * K + c * E, xf);
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-              for (int e = 0; e < E; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
-            }
-          }
-        }
-      }
-      if (base + stride < chunks) fetch(base + stride);
-    }
-  } else {
-    wait_for_prior_kernels();
-  }
-
-  // Reduce over the TPR threads of the group; every lane of a warp ends with the warp's sums.
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
-  }
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
-  // total: in the group's first warp, lane l < M * R holds the dot product of x row l / R
-  // with group row l % R.
-  float total = 0.0f;
-  if (tpr == 32) {  // one warp per group
-    if (!active) return;
+  const int64_t K = p.K;
+  const int64_t chunks = K / E;  // kVec: K % E == 0
+  const int64_t stride = static_cast<int64_t>(tpr) * kUnroll;
+
+  C raw[kUnroll][R];
+  const auto fetch = [&](const Unit& unit, int64_t base) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = base + static_cast<int64_t>(u) * tpr;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        raw[u][r] = c < chunks && unit.row_in(r) ? C::fetch(unit.row(p, r) + c * E) : C::zero();
+      }
+    }
+  };
+
+  int64_t block = blockIdx.x;
+  allow_next_kernel();
+  {
+    // The first pass's weights depend on nothing the previous kernel writes: their loads
+    // are in flight while it finishes (launch.h).
+    const Unit first(p, block, tpr);
+    if (first.active) fetch(first, j);
+  }
+  wait_for_prior_kernels();
+  for (;;) {
+    const Unit unit(p, block, tpr);
+    float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) total = lane == m * R + r ? acc[m][r] : total;
+      for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
     }
-  } else {
-    if (lane == 0) {
+    if (unit.active) {
+      for (int64_t base = j; base < chunks; base += stride) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t c = base + static_cast<int64_t>(u) * tpr;
+          if (c >= chunks) continue;
+          if constexpr (M == 1) {
+            // One row's floats live at a time: R * U chunks of W are already held in registers.
+            float xf[E];
+            load_x<E>(p.x + c * E, xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              float wf[E];
+              raw[u][r].to_f32(wf);
+#pragma unroll
+              for (int e = 0; e < E; ++e) acc[0][r] = fmaf(xf[e], wf[e], acc[0][r]);
+            }
+          } else {
+            float wf[R][E];
+#pragma unroll
+            for (int r = 0; r < R; ++r) raw[u][r].to_f32(wf[r]);
+#pragma unroll
+            for (int m = 0; m < M; ++m) {
+              float xf[E];
+              load_x<E>(p.x + m * K + c * E, xf);
+#pragma unroll
+              for (int r = 0; r < R; ++r) {
+#pragma unroll
+                for (int e = 0; e < E; ++e) acc[m][r] = fmaf(xf[e], wf[r][e], acc[m][r]);
+              }
+            }
+          }
+        }
+        if (base + stride < chunks) fetch(unit, base + stride);
+      }
+    }
+    // The next unit's first pass goes out before this unit's reduction and store.
+    const int64_t next_block = block + gridDim.x;
+    const bool more = next_block < p.total_blocks;  // uniform over the block
+    if (more) {
+      const Unit next(p, next_block, tpr);
+      if (next.active) fetch(next, j);
+    }
+
+    // Reduce over the TPR threads of the group; every lane of a warp ends with the warp's sums.
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[m][r] = warp_sum(acc[m][r]);
+    }
+    // total: in the group's first warp, lane l < M * R holds the dot product of x row l / R
+    // with group row l % R. A group is whole warps, so `leader` is uniform over a warp and
+    // the shuffle below has every lane.
+    float total = 0.0f;
+    bool leader = unit.active;
+    if (tpr == 32) {  // one warp per group
 #pragma unroll
       for (int m = 0; m < M; ++m) {
 #pragma unroll
-        for (int r = 0; r < R; ++r) partial[warp][m * R + r] = acc[m][r];
+        for (int r = 0; r < R; ++r) total = lane == m * R + r ? acc[m][r] : total;
+      }
+    } else {
+      if (lane == 0) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+#pragma unroll
+          for (int r = 0; r < R; ++r) partial[warp][m * R + r] = acc[m][r];
+        }
+      }
+      __syncthreads();  // tpr is uniform over the block, so every thread reaches this barrier
+      const int warps_per_group = tpr / 32;
+      leader = leader && warp % warps_per_group == 0;
+      if (leader && lane < M * R) {
+        for (int i = 0; i < warps_per_group; ++i) total += partial[warp + i][lane];
       }
     }
-    __syncthreads();  // tpr is uniform over the block, so every thread reaches this barrier
-    const int warps_per_group = tpr / 32;
-    // Whole warps leave (a group is whole warps), so the shuffle below has every lane.
-    if (!active || warp % warps_per_group != 0) return;
-    if (lane < M * R) {
-      for (int i = 0; i < warps_per_group; ++i) total += partial[warp + i][lane];
+    if (leader) {
+      const int m = lane / R;
+      const int r = lane % R;
+      const int64_t n0 = unit.n0;
+      if constexpr (kGated) {
+        const float up = __shfl_down_sync(0xffffffffu, total, kOutsPerGroup);  // up row r of the same x row
+        const int64_t n = n0 + r;
+        if (lane < M * R && r < kOutsPerGroup && n < unit.N) {
+          const float g = total + (unit.bias != nullptr ? unit.bias[n] : 0.0f);
+          const float u = up + (p.bias[1] != nullptr ? p.bias[1][n] : 0.0f);
+          unit.y[m * unit.N + n] =
+              p.activation == GatedActivation::kGeluTanh ? gelu_tanh_times(g, u) : silu_times(g, u);
+        }
+      } else {
+        if (lane < M * R && n0 + r < unit.N) {
+          unit.y[m * unit.N + n0 + r] = total + (unit.bias != nullptr ? unit.bias[n0 + r] : 0.0f);
+        }
+      }
     }
-  }
-  const int m = lane / R;
-  const int r = lane % R;
-  if constexpr (kGated) {
-    const float up = __shfl_down_sync(0xffffffffu, total, kOutsPerGroup);  // up row r of the same x row
-    const int64_t n = n0 + r;
-    if (lane < M * R && r < kOutsPerGroup && n < N) {
-      const float g = total + (bias != nullptr ? bias[n] : 0.0f);
-      const float u = up + (p.bias[1] != nullptr ? p.bias[1][n] : 0.0f);
-      y[m * N + n] = p.activation == GatedActivation::kGeluTanh ? gelu_tanh_times(g, u) : silu_times(g, u);
-    }
-  } else {
-    if (lane < M * R && n0 + r < N) y[m * N + n0 + r] = total + (bias != nullptr ? bias[n0 + r] : 0.0f);
+    if (!more) return;
+    if (tpr != 32) __syncthreads();  // the leaders have read `partial` before it is written again
+    block = next_block;
   }
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-template <typename W, int M, bool kGated, int R, int U>
-void launch_gemv(const GemvParams<W>& p, bool vec, cudaStream_t stream) {
-  const auto blocks = static_cast<unsigned>(p.total_blocks);
-  if (vec) {
-    launch_kernel(gemv_kernel<W, M, true, kGated, R, U>, blocks, kGemvThreads, 0, stream, p);
-  } else {
-    launch_kernel(gemv_kernel<W, M, false, kGated, R, U>, blocks, kGemvThreads, 0, stream, p);
+/// Blocks of `kernel` (256 threads) the device holds at once: its occupancy times the SM
+/// count of the device current at the first call (no cap if either query fails).
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel) {
+  int device = 0;
+  int sms = 0;
+  int per_sm = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0) != cudaSuccess ||
+      sms * per_sm < 1) {
+    (void)cudaGetLastError();
+    return INT64_MAX;
   }
+  return int64_t{sms} * per_sm;
+}
+
+/// Whether a launch with more units than resident blocks runs them on the resident blocks
+/// (GEARBOX_CUDA_GEMV_PERSISTENT, on unless "0") rather than one block per unit.
+bool persistent_grid() {
+  static const bool on = switch_on("GEARBOX_CUDA_GEMV_PERSISTENT");
+  return on;
+}
+
+template <typename W, int M, bool kGated, int R, int U>
+void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStream_t stream) {
+  const auto kernel = vec ? gemv_kernel<W, M, true, kGated, R, U> : gemv_kernel<W, M, false, kGated, R, U>;
+  static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U>),
+                                      resident_blocks(gemv_kernel<W, M, true, kGated, R, U>)};
+  int64_t blocks = p.total_blocks;
+  if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
+  if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
+  launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, 0, stream, p);
 }
 
 /// The M = 1 launch of geometry g: kGemvGeometries[I], or a later entry.
 template <typename W, bool kGated, size_t I = 0>
-void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, cudaStream_t stream) {
+void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
   if constexpr (I < std::size(kGemvGeometries)) {
     constexpr GemvGeometry kG = kGemvGeometries[I];
-    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll>(p, vec, stream);
-    launch_one_row<W, kGated, I + 1>(p, g, vec, stream);
+    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll>(p, vec, max_blocks, stream);
+    launch_one_row<W, kGated, I + 1>(p, g, vec, max_blocks, stream);
   }
 }
 
 /// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
 /// entries).
 template <typename W, bool kGated>
-void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, cudaStream_t stream) {
+void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
   constexpr int R = kGemvDefaultGeometry.rows;
   constexpr int U = kGemvDefaultGeometry.unroll;
-  if (M == 1) return launch_one_row<W, kGated>(p, g, vec, stream);
+  if (M == 1) return launch_one_row<W, kGated>(p, g, vec, max_blocks, stream);
   switch (M) {
-    case 2: launch_gemv<W, 2, kGated, R, U>(p, vec, stream); break;
-    case 3: launch_gemv<W, 3, kGated, R, U>(p, vec, stream); break;
-    case 4: launch_gemv<W, 4, kGated, R, U>(p, vec, stream); break;
-    case 5: launch_gemv<W, 5, kGated, R, U>(p, vec, stream); break;
-    case 6: launch_gemv<W, 6, kGated, R, U>(p, vec, stream); break;
-    case 7: launch_gemv<W, 7, kGated, R, U>(p, vec, stream); break;
-    default: launch_gemv<W, 8, kGated, R, U>(p, vec, stream); break;
+    case 2: launch_gemv<W, 2, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 3: launch_gemv<W, 3, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 4: launch_gemv<W, 4, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 5: launch_gemv<W, 5, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 6: launch_gemv<W, 6, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 7: launch_gemv<W, 7, kGated, R, U>(p, vec, max_blocks, stream); break;
+    default: launch_gemv<W, 8, kGated, R, U>(p, vec, max_blocks, stream); break;
   }
 }
 
@@ -357,9 +423,9 @@ bool geometry_served(GemvGeometry g, int64_t M) {
 
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry) {
+                       cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
-      !geometry_served(geometry, M)) {
+      !geometry_served(geometry, M) || max_blocks < 0) {
     return cudaErrorInvalidValue;
   }
   if (M == 0) return cudaSuccess;
@@ -388,22 +454,22 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   }
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
   if (p.total_blocks == 0) return cudaSuccess;
-  launch_gemv<W, false>(p, M, geometry, vec, stream);
+  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream);
   return cudaGetLastError();
 }
 
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream, GemvGeometry geometry) {
+                 cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks) {
   const GemvTarget<W> target{w, bias, y, N};
-  return gemv_multi<W>(x, &target, 1, M, K, stream, geometry);
+  return gemv_multi<W>(x, &target, 1, M, K, stream, geometry, max_blocks);
 }
 
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
                        GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
-                       GemvGeometry geometry) {
-  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || !geometry_served(geometry, M) ||
+                       GemvGeometry geometry, int64_t max_blocks) {
+  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || !geometry_served(geometry, M) || max_blocks < 0 ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
       (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
     return cudaErrorInvalidValue;
@@ -426,17 +492,17 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (geometry.rows / 2);
   p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
   for (int64_t& end : p.block_end) end = p.total_blocks;
-  launch_gemv<W, true>(p, M, geometry, vec, stream);
+  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, stream);
   return cudaGetLastError();
 }
 
 #define GEARBOX_INSTANTIATE_GEMV(W)                                                                                   \
   template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
-                               GemvGeometry);                                                                         \
+                               GemvGeometry, int64_t);                                                                \
   template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
-                                     GemvGeometry);                                                                   \
+                                     GemvGeometry, int64_t);                                                          \
   template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
-                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry);
+                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GEMV(__half)

@@ -11,7 +11,10 @@
 // The contract every kernel launched through launch_kernel keeps (tests/devices/cuda check
 // the results, and bench/gpu/run_gpu_checks.sh compares GEARBOX_CUDA_PDL=0):
 // - Before wait_for_prior_kernels(), it reads only memory no kernel of the step writes
-//   (weights) and writes nothing.
+//   (weights; the decode attention, when its caller says the positions are a network input,
+//   the positions and the cache rows other than the new token's) and writes nothing. A
+//   network's first kernel goes out plainly (launch_next_plainly), so that such inputs are
+//   complete before any kernel of the network starts.
 // - Every thread of every block calls wait_for_prior_kernels() before it writes, reads an
 //   activation, or exits. A block that skipped it could let the grid finish before its
 //   predecessor, and the kernel after it (which waits for this grid only) would then run
@@ -71,6 +74,10 @@ inline bool dependent_launch_enabled() {
   return enabled;
 }
 
+/// Launches through launch_kernel on this thread still to go out plainly
+/// (launch_next_plainly() in kernels.h; defined in kernels_elementwise.cu).
+extern thread_local int t_plain_launches;
+
 /// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster_x` blocks along x
 /// (1: no clusters), with programmatic dependent launch when enabled and the stream is not
 /// the legacy default stream (the builder's synchronous timing runs). As with <<<>>>, a
@@ -80,7 +87,9 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, siz
                            unsigned cluster_x, Args&&... args) {
   cudaLaunchAttribute attributes[2] = {};
   unsigned count = 0;
-  if (stream != nullptr && dependent_launch_enabled()) {
+  const bool plain = t_plain_launches > 0;
+  if (plain) --t_plain_launches;
+  if (stream != nullptr && dependent_launch_enabled() && !plain) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;

@@ -747,7 +747,7 @@ constexpr LinearShape kGemvShapes[] = {{1, 1},      {7, 13},      {13, 7},    {6
 /// Runs gemv (or gemv_multi with the weight split into targets) and checks it against
 /// cpu::linear_small_m on the rounded weights.
 void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_t M, LinearShape s, bool bias, int lead,
-                cuda::GemvGeometry geometry = cuda::kGemvDefaultGeometry) {
+                cuda::GemvGeometry geometry = cuda::kGemvDefaultGeometry, int64_t max_blocks = 0) {
   const std::vector<float> x = random_floats(M * s.K, 20);
   const Weights w = make_weights(type, random_floats(s.N * s.K, 21), lead);
   const std::vector<float> b = random_floats(s.N, 22);
@@ -759,7 +759,7 @@ void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_
   ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
               using W = decltype(tag);
               return cuda::gemv<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), bias ? d_b.get() : nullptr, y.get(), M,
-                                   s.N, s.K, stream, geometry);
+                                   s.N, s.K, stream, geometry, max_blocks);
             }));
   CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<float> want(static_cast<size_t>(M * s.N));
@@ -771,7 +771,8 @@ void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_
                                   {"bias", bias},
                                   {"lead", lead},
                                   {"rows", geometry.rows},
-                                  {"unroll", geometry.unroll}});
+                                  {"unroll", geometry.unroll},
+                                  {"max_blocks", max_blocks}});
   EXPECT_TRUE(close(what, y.download(), want, {}, reduction_slack(x, w.rounded, M, s.N, s.K)));
   EXPECT_TRUE(y.guard_intact()) << what;
   (void)fixture;
@@ -813,6 +814,82 @@ TEST_F(CudaKernels, GemvEveryGeometryMatchesCpuAtOneRow) {
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, stream_, {3, 3}))
       << "a geometry no kernel serves";
+}
+
+// A grid smaller than the launch's blocks' worth of rows: each block serves several units in
+// turn (one, two, three or seven blocks for up to 2304 rows; units that straddle gemv_multi's
+// targets; multi-pass K; the gated pairing), with poisoned outputs and sentinels.
+TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
+  const LinearShape shapes[] = {{130, 1152}, {2304, 13}, {1152, 6912}, {7, 13}};
+  for (int64_t max_blocks : {1, 2, 3, 7}) {
+    for (DataType type : kWeightTypes) {
+      for (LinearShape s : shapes) check_gemv(this, stream_, type, 3, s, /*bias=*/true, /*lead=*/0, {4, 2}, max_blocks);
+      for (const cuda::GemvGeometry g : cuda::kGemvGeometries) {
+        check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/false, /*lead=*/0, g, max_blocks);
+        check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g, max_blocks);  // scalar path
+      }
+      check_gemv(this, stream_, type, 1, {1152, 6912}, /*bias=*/true, /*lead=*/0, {2, 2}, max_blocks);
+    }
+  }
+  const int64_t K = 1152;
+  const std::vector<int64_t> ns = {1, 70, 130, 3};
+  const std::vector<float> x = random_floats(K, 60);
+  Floats d_x(x);
+  for (int64_t max_blocks : {1, 3}) {
+    for (const cuda::GemvGeometry g : {cuda::GemvGeometry{2, 2}, cuda::GemvGeometry{8, 2}}) {
+      std::vector<Weights> ws;
+      std::vector<DeviceBuffer<uint8_t>> d_ws;
+      std::vector<Floats> ys;
+      for (size_t i = 0; i < ns.size(); ++i) {
+        ws.push_back(make_weights(DataType::kBF16, random_floats(ns[i] * K, 61 + static_cast<uint32_t>(i))));
+        d_ws.emplace_back(ws.back().bytes);
+        ys.push_back(Floats::poisoned(ns[i]));
+      }
+      std::vector<cuda::GemvTarget<__nv_bfloat16>> targets;
+      for (size_t i = 0; i < ns.size(); ++i) {
+        targets.push_back({weight_ptr<__nv_bfloat16>(d_ws[i], 0), nullptr, ys[i].get(), ns[i]});
+      }
+      ASSERT_EQ(cudaSuccess, cuda::gemv_multi<__nv_bfloat16>(d_x.get(), targets.data(), static_cast<int>(ns.size()), 1,
+                                                             K, stream_, g, max_blocks));
+      sync();
+      for (size_t i = 0; i < ns.size(); ++i) {
+        std::vector<float> want(static_cast<size_t>(ns[i]));
+        cpu::linear_small_m(x.data(), ws[i].rounded.data(), nullptr, want.data(), 1, ns[i], K);
+        const std::string what = "gemv_multi target " + std::to_string(i) + " " +
+                                 shape({{"N", ns[i]}, {"rows", g.rows}, {"max_blocks", max_blocks}});
+        EXPECT_TRUE(close(what, ys[i].download(), want, {}, reduction_slack(x, ws[i].rounded, 1, ns[i], K)));
+        EXPECT_TRUE(ys[i].guard_intact()) << what;
+      }
+    }
+    // The gated pairing: 300 outputs of gate and up rows over K = 1152.
+    const int64_t N = 300;
+    const Weights wg = make_weights(DataType::kBF16, random_floats(N * K, 70));
+    const Weights wu = make_weights(DataType::kBF16, random_floats(N * K, 71));
+    DeviceBuffer<uint8_t> d_wg(wg.bytes), d_wu(wu.bytes);
+    Floats y = Floats::poisoned(N);
+    ASSERT_EQ(cudaSuccess, cuda::gemv_gated<__nv_bfloat16>(d_x.get(), weight_ptr<__nv_bfloat16>(d_wg, 0),
+                                                           weight_ptr<__nv_bfloat16>(d_wu, 0), nullptr, nullptr,
+                                                           cuda::GatedActivation::kGeluTanh, y.get(), 1, N, K, stream_,
+                                                           cuda::GemvGeometry{2, 4}, max_blocks));
+    sync();
+    std::vector<float> gate(static_cast<size_t>(N)), up(static_cast<size_t>(N)), want(static_cast<size_t>(N));
+    cpu::linear_small_m(x.data(), wg.rounded.data(), nullptr, gate.data(), 1, N, K);
+    cpu::linear_small_m(x.data(), wu.rounded.data(), nullptr, up.data(), 1, N, K);
+    cpu::gelu_tanh_mul(gate.data(), up.data(), want.data(), N);
+    const std::vector<double> sg = reduction_slack(x, wg.rounded, 1, N, K);
+    const std::vector<double> su = reduction_slack(x, wu.rounded, 1, N, K);
+    std::vector<double> slack(static_cast<size_t>(N));
+    for (size_t i = 0; i < slack.size(); ++i) {
+      slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
+    }
+    const std::string what = "gemv_gated " + shape({{"N", N}, {"max_blocks", max_blocks}});
+    EXPECT_TRUE(close(what, y.download(), want, {}, slack));
+    EXPECT_TRUE(y.guard_intact()) << what;
+  }
+  Floats dummy = Floats::poisoned(1);
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, stream_, {4, 2}, -1))
+      << "a negative block cap";
 }
 
 TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
@@ -1180,9 +1257,13 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
 TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
   // The new rows of the caches hold NaN before the call: reading them instead of k_new /
   // v_new would show. T = 1 is the fused path, T = 3 the kv_cache_write + attention one.
+  // positions_from_host: the kernel loads its first keys before waiting for the previous
+  // kernel, which here is the one writing k_new / v_new (NaN until then): a key p read early,
+  // from k_new or from the cache, would show as NaN. Positions 2 and 33 put p in a warp's
+  // first step.
   for (const AttentionCase& c : kAttentionCases) {
-    for (const std::vector<int64_t>& pos :
-         {std::vector<int64_t>{0}, std::vector<int64_t>{700}, std::vector<int64_t>{300, 301, 302}}) {
+    for (const std::vector<int64_t>& pos : {std::vector<int64_t>{0}, std::vector<int64_t>{2}, std::vector<int64_t>{33},
+                                            std::vector<int64_t>{700}, std::vector<int64_t>{300, 301, 302}}) {
       const auto T = static_cast<int64_t>(pos.size());
       const int64_t width = c.kv_heads * c.head_dim;
       const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 63);
@@ -1192,16 +1273,22 @@ TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
         std::fill_n(kc.begin() + pos[t] * width, width, kNaN);
         std::fill_n(vc.begin() + pos[t] * width, width, kNaN);
       }
-      for (int max_splits : {1, 16, 64}) {
-        Floats d_kc(kc), d_vc(vc), d_k_new(k_new), d_v_new(v_new), d_q(q);
+      for (const auto& [max_splits, from_host] : {std::pair{1, false}, std::pair{16, false}, std::pair{64, false},
+                                                  std::pair{1, true}, std::pair{16, true}, std::pair{64, true}}) {
+        const std::vector<float> nans(static_cast<size_t>(T * width), kNaN),
+            zeros(static_cast<size_t>(T * width), 0.0f);
+        Floats d_kc(kc), d_vc(vc), d_k_src(k_new), d_v_src(v_new), d_k_new(nans), d_v_new(nans), d_zero(zeros), d_q(q);
         Indices d_pos(false, pos);
         Floats out = Floats::poisoned(T * c.heads * c.head_dim);
         Floats partials = Floats::poisoned(cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits));
+        sync();
+        ASSERT_EQ(cudaSuccess, cuda::add(d_k_src.get(), d_zero.get(), d_k_new.get(), T * width, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::add(d_v_src.get(), d_zero.get(), d_v_new.get(), T * width, stream_));
         ASSERT_EQ(cudaSuccess,
                   cuda::attention_decode(d_q.get(), d_k_new.get(), d_v_new.get(), d_kc.get(), d_vc.get(), d_pos.get(),
                                          false, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
                                          1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get(), max_splits,
-                                         flag(), stream_));
+                                         flag(), stream_, from_host));
         EXPECT_EQ(take_flag(), 0);
         sync();
         std::vector<float> kc_want = kc, vc_want = vc;
@@ -1209,7 +1296,9 @@ TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
           std::copy_n(k_new.begin() + t * width, width, kc_want.begin() + pos[t] * width);
           std::copy_n(v_new.begin() + t * width, width, vc_want.begin() + pos[t] * width);
         }
-        const std::string what = attention_name("attention_decode with new rows", c, pos, max_splits);
+        const std::string what = attention_name(
+            from_host ? "attention_decode with new rows, first keys early" : "attention_decode with new rows", c, pos,
+            max_splits);
         EXPECT_TRUE(close(what, out.download(), cpu_attention(c, q, kc_want, vc_want, pos), {2e-5, 1e-4}));
         // The caches: the new rows written, every other row as it was (NaN rows compare equal).
         const std::vector<float> kc_got = d_kc.download(), vc_got = d_vc.download();
