@@ -25,6 +25,11 @@
 //   output and write act(gate) * up; the gate and up vectors are never stored.
 // - The first pass's W loads are issued before the kernel waits for its predecessor
 //   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
+// - The grid is at most the blocks the device holds at once (kernels 10): what would be
+//   block b of a larger grid (a "unit") runs on block b % gridDim.x, each block taking its
+//   units in turn and issuing the next one's first loads before it reduces and stores the
+//   current one, so that no unit starts from an empty pipeline. The 1B's decode gate/up
+//   had 3.3 waves of blocks before (docs/PERFORMANCE.md, 2026-12-01 seventh).
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
