@@ -232,6 +232,9 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
   }
   wait_for_prior_kernels();
   for (;;) {
+    // Derived again from `block` (a few integer ops) rather than carried over from the
+    // fetch of the previous iteration: carrying a second Unit across the reduction made
+    // ptxas spill at the 64-register budget of 4 blocks per SM.
     const Unit unit(p, block, tpr);
     float acc[M][R];
 #pragma unroll

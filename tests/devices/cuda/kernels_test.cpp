@@ -176,6 +176,20 @@ std::vector<double> reduction_slack(const std::vector<float>& x, const std::vect
   return slack;
 }
 
+/// Allowance for act(gate) * up where gate and up are x * wg^T and x * wu^T [M, N]: the two
+/// reductions' allowances carried through the product (|act'| <= 1.13).
+std::vector<double> gated_slack(const std::vector<float>& x, const std::vector<float>& wg, const std::vector<float>& wu,
+                                const std::vector<float>& gate, const std::vector<float>& up, int64_t M, int64_t N,
+                                int64_t K) {
+  const std::vector<double> sg = reduction_slack(x, wg, M, N, K);
+  const std::vector<double> su = reduction_slack(x, wu, M, N, K);
+  std::vector<double> slack(sg.size());
+  for (size_t i = 0; i < slack.size(); ++i) {
+    slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
+  }
+  return slack;
+}
+
 // ---- data ------------------------------------------------------------------------------------------
 
 std::vector<float> random_floats(int64_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
@@ -876,14 +890,8 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
     cpu::linear_small_m(x.data(), wg.rounded.data(), nullptr, gate.data(), 1, N, K);
     cpu::linear_small_m(x.data(), wu.rounded.data(), nullptr, up.data(), 1, N, K);
     cpu::gelu_tanh_mul(gate.data(), up.data(), want.data(), N);
-    const std::vector<double> sg = reduction_slack(x, wg.rounded, 1, N, K);
-    const std::vector<double> su = reduction_slack(x, wu.rounded, 1, N, K);
-    std::vector<double> slack(static_cast<size_t>(N));
-    for (size_t i = 0; i < slack.size(); ++i) {
-      slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
-    }
     const std::string what = "gemv_gated " + shape({{"N", N}, {"max_blocks", max_blocks}});
-    EXPECT_TRUE(close(what, y.download(), want, {}, slack));
+    EXPECT_TRUE(close(what, y.download(), want, {}, gated_slack(x, wg.rounded, wu.rounded, gate, up, 1, N, K)));
     EXPECT_TRUE(y.guard_intact()) << what;
   }
   Floats dummy = Floats::poisoned(1);
@@ -992,13 +1000,7 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
         } else {
           cpu::silu_mul(gate.data(), up.data(), want.data(), c.M * c.N);
         }
-        // The two reductions' allowances carried through act(g) * u (|act'| <= 1.13).
-        const std::vector<double> sg = reduction_slack(x, wg.rounded, c.M, c.N, c.K);
-        const std::vector<double> su = reduction_slack(x, wu.rounded, c.M, c.N, c.K);
-        std::vector<double> slack(n);
-        for (size_t i = 0; i < n; ++i) {
-          slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
-        }
+        const std::vector<double> slack = gated_slack(x, wg.rounded, wu.rounded, gate, up, c.M, c.N, c.K);
         const std::string what = std::string("gemv_gated ") + data_type_name(type) +
                                  (act == cuda::GatedActivation::kGeluTanh ? " gelu " : " silu ") +
                                  shape({{"M", c.M},
