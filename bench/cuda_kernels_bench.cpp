@@ -833,7 +833,9 @@ void bench_graph_launch(cudaStream_t stream) {
 /// programmatic dependent launch), then the same chain with one kernel left out: the
 /// difference is what that kernel adds to the chain (its own time less what overlaps its
 /// neighbours). A sliding layer (window 512: 16 splits combined in a cluster) and a global
-/// one (32 splits and a combine kernel), as 5 of 6 and 1 of 6 Gemma-3 layers.
+/// one (32 splits and a combine kernel), as 5 of 6 and 1 of 6 Gemma-3 layers. "norms in the
+/// GEMVs": the chain the engine runs since kernels 11, each norm_add_norm computed by the
+/// GEMV after it (cuda::GemvNormInput).
 void bench_layer(cudaStream_t stream) {
   std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
   constexpr int64_t H = 1152, I = 6912, hd = 256, q_heads = 4, qkv_n = (q_heads + 2) * hd, max_ctx = 2048;
@@ -850,7 +852,7 @@ void bench_layer(cudaStream_t stream) {
   const int64_t p127 = 127;
   CHECK(cudaMemcpy(pos.ptr, &p127, 8, cudaMemcpyHostToDevice));
   DeviceMemory kc(static_cast<size_t>(max_ctx * hd) * 4), vc(static_cast<size_t>(max_ctx * hd) * 4), h(H * 4),
-      res(H * 4), xn(H * 4), qkv(qkv_n * 4), qkv_r(qkv_n * 4), attn(q_heads * hd * 4), act(I * 4),
+      res(H * 4), res2(H * 4), xn(H * 4), qkv(qkv_n * 4), qkv_r(qkv_n * 4), attn(q_heads * hd * 4), act(I * 4),
       partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, q_heads, hd, kMaxSplitsEngine)) * 4);
   fill_f32(kc.as<float>(), max_ctx * hd, 13);
   fill_f32(vc.as<float>(), max_ctx * hd, 14);
@@ -865,8 +867,9 @@ void bench_layer(cudaStream_t stream) {
       {qkv.as<float>() + (q_heads + 1) * hd, nullptr, qkv_r.as<float>() + (q_heads + 1) * hd, 1, 0, 0, nullptr, qkv_n}};
   struct Variant {
     const char* name;
-    unsigned skip;  // bit k: leave out the layer's k-th kernel
+    unsigned skip;  // bit k < 8: leave out the layer's k-th kernel; kNormIn*: a GEMV does the norm before it
   };
+  constexpr unsigned kNormInQkv = 1u << 8, kNormInMlp = 1u << 9, kNormsInGemvs = kNormInQkv | kNormInMlp;
   const Variant variants[] = {{"whole layer", 0},
                               {"without norm_add_norm 1", 1u << 0},
                               {"without QKV", 1u << 1},
@@ -877,10 +880,19 @@ void bench_layer(cudaStream_t stream) {
                               {"without gate/up", 1u << 6},
                               {"without down", 1u << 7},
                               {"GEMVs only", 0x2du},
-                              {"no GEMVs", 0xd2u}};
+                              {"no GEMVs", 0xd2u},
+                              {"norms in the GEMVs", kNormsInGemvs | 0x21u},
+                              {"norm 1 in the QKV GEMV", kNormInQkv | 0x1u},
+                              {"norm 2 in the gate/up GEMV", kNormInMlp | 0x20u}};
   for (int64_t window : {512, 0}) {
     for (const Variant& v : variants) {
       const auto run = [&](unsigned k) { return (v.skip & (1u << k)) == 0; };
+      const bool fused_qkv = (v.skip & kNormInQkv) != 0, fused_mlp = (v.skip & kNormInMlp) != 0;
+      // Fused, sum cannot be the residual it reads: the two norms alternate res and res2.
+      const cuda::GemvNormInput<__nv_bfloat16> before_qkv{h.as<float>(), g,   res.as<float>(), res2.as<float>(), g + H,
+                                                          1e-6f,         1.0f};
+      const cuda::GemvNormInput<__nv_bfloat16> before_mlp{
+          h.as<float>(), g + 2 * H, res2.as<float>(), res.as<float>(), g + 3 * H, 1e-6f, 1.0f};
       const Timing t = time_launches(stream, copies, [&](int i) {
         const __nv_bfloat16* qkv_wt = w.as<__nv_bfloat16>() + (i % copies) * layer_w;
         const __nv_bfloat16* o_wt = qkv_wt + qkv_w;
@@ -895,7 +907,8 @@ void bench_layer(cudaStream_t stream) {
               {qkv_wt, nullptr, qkv.as<float>(), q_heads * hd},
               {qkv_wt + q_heads * hd * H, nullptr, qkv.as<float>() + q_heads * hd, hd},
               {qkv_wt + (q_heads + 1) * hd * H, nullptr, qkv.as<float>() + (q_heads + 1) * hd, hd}};
-          CHECK(cuda::gemv_multi<__nv_bfloat16>(xn.as<float>(), targets, 3, 1, H, stream, r2u2));
+          CHECK(cuda::gemv_multi<__nv_bfloat16>(xn.as<float>(), targets, 3, 1, H, stream, r2u2, 0,
+                                                fused_qkv ? &before_qkv : nullptr));
         }
         if (run(2)) CHECK(cuda::head_norm_rope(parts, 3, pos.ptr, true, 1, hd, 1e-6f, 1.0f, nullptr, stream));
         if (run(3)) {
@@ -916,7 +929,7 @@ void bench_layer(cudaStream_t stream) {
         if (run(6)) {
           CHECK(cuda::gemv_gated<__nv_bfloat16>(xn.as<float>(), gate_wt, gate_wt + I * H, nullptr, nullptr,
                                                 cuda::GatedActivation::kGeluTanh, act.as<float>(), 1, I, H, stream,
-                                                r2u8));
+                                                r2u8, 0, fused_mlp ? &before_mlp : nullptr));
         }
         if (run(7)) {
           CHECK(cuda::gemv<__nv_bfloat16>(act.as<float>(), down_wt, nullptr, h.as<float>(), 1, H, I, stream, r2u2));

@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -426,6 +427,15 @@ bool rounded_gate_up_node(const Network& net, size_t n, uint32_t tactic) {
   return rounded_gate_up(net, step_starting_at(plan_steps(net), n), tactic);
 }
 
+/// A GEMV's input computed by the GEMV itself: the residual step of a kNormAddNorm step whose
+/// last norm only that linear reads (norm_into_gemv), its weights of the linear's type W,
+/// which typed() restores.
+using NormInput = cuda::GemvNormInput<void>;
+template <typename W>
+cuda::GemvNormInput<W> typed(const NormInput& n) {
+  return {n.x, static_cast<const W*>(n.w_post), n.residual, n.sum, static_cast<const W*>(n.w_next), n.eps, n.offset};
+}
+
 /// A gated linear's gate and up as rounded_gate_up leaves them: [M, N] each, row stride ld
 /// elements of the weights' type, in the memory of the linear's first output tensor.
 struct RoundedGateUp {
@@ -443,7 +453,7 @@ struct RoundedGateUp {
 /// the second output tensor is not written.
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
                      cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr,
-                     RoundedGateUp* rounded = nullptr) {
+                     RoundedGateUp* rounded = nullptr, const NormInput* norm = nullptr) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   auto in_dims = [&](size_t i) -> const Dims& { return a.dims[static_cast<size_t>(node.inputs[i])]; };
@@ -487,6 +497,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (is_gemv(tactic)) {
         return by_weight_type(type, [&](auto w) -> Status {
           using W = decltype(w);
+          if (norm != nullptr && outs > static_cast<size_t>(cuda::kGemvMaxTargets)) {
+            return internal_error("a norm input for a linear of more than one GEMV launch");
+          }
+          const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
           for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
             cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
             const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
@@ -495,8 +509,9 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                             wdims(first + t)[0]};
             }
             GEARBOX_RETURN_IF_ERROR(cuda_check(
-                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream, gemv_geometry(tactic)),
-                "linear (gemv)"));
+                cuda::gemv_multi<W>(norm != nullptr ? nullptr : f(0), targets, static_cast<int>(count), m, k, stream,
+                                    gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
+                norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
           }
           return Status();
         });
@@ -1106,7 +1121,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
 
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
 Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, uint32_t tactic,
-                      const NodeArgs& a, cudaStream_t stream) {
+                      const NodeArgs& a, cudaStream_t stream, const NormInput* norm = nullptr) {
   const Node& linear = net.nodes[step.nodes[0]];
   const Node& act = net.nodes[step.nodes[1]];
   const Dims& x = a.dims[static_cast<size_t>(linear.inputs[0])];
@@ -1117,13 +1132,16 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   const cuda::GatedActivation activation = gated_activation(act);
   return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
     using W = decltype(tag);
+    const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
     return cuda_check(
-        cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
-                            static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]),
-                            bias(0), bias(1), activation,
-                            static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]), ir::row_count(x),
-                            net.weights[wid(0)].dims[0], x[x.rank() - 1], stream, gemv_geometry(tactic)),
-        "linear + gated activation (fused gemv)");
+        cuda::gemv_gated<W>(
+            norm != nullptr ? nullptr : static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
+            static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1),
+            activation, static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]), ir::row_count(x),
+            net.weights[wid(0)].dims[0], x[x.rank() - 1], stream, gemv_geometry(tactic), 0,
+            norm != nullptr ? &norm_input : nullptr),
+        norm != nullptr ? "rms_norm + add + rms_norm + linear + gated activation (fused gemv)"
+                        : "linear + gated activation (fused gemv)");
   });
 }
 
@@ -1205,12 +1223,85 @@ bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, cons
          weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
 }
 
+/// GEARBOX_CUDA_NORM_INTO_GEMV=0 keeps the residual step's norms a launch of their own before
+/// a GEMV (for measuring what computing them in the GEMV buys).
+bool norm_into_gemv_enabled() {
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_NORM_INTO_GEMV");
+  return enabled;
+}
+
+/// Whether the GEMV of the step after a kNormAddNorm step computes that step in its prologue
+/// (cuda::GemvNormInput), and with what: the step's last norm is read only by the next
+/// step's linear (plan_steps), which runs the GEMV tactic as one launch (a single linear of
+/// at most cuda::kGemvMaxTargets outputs, or a gated pair) on one row of K that the GEMV
+/// serves with a norm input, with weights of the norms' type and 16-byte aligned vectors
+/// (measured: docs/PERFORMANCE.md, 2026-12-01 eighth).
+/// The memory plan keeps both steps' tensors apart (launch_group_ends).
+std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& weights, const Step& step,
+                                        const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
+  if (!norm_into_gemv_enabled() || step.kind != Step::kNormAddNorm || !step.feeds_linear || step.nodes.size() != 3 ||
+      next == nullptr || (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
+    return std::nullopt;
+  }
+  const Node& linear = net.nodes[next->nodes[0]];
+  if (linear.kind != OpKind::kLinear || !is_gemv(tactics[next->nodes[0]]) ||
+      (next->kind == Step::kSingle && linear.outputs.size() > static_cast<size_t>(cuda::kGemvMaxTargets))) {
+    return std::nullopt;
+  }
+  const Node& first = net.nodes[step.nodes[0]];
+  const Node& add = net.nodes[step.nodes[1]];
+  const Node& last = net.nodes[step.nodes[2]];
+  const DataType type = weights.type[static_cast<size_t>(linear.weights[0])];
+  if (weights.type[static_cast<size_t>(first.weights[0])] != type ||
+      weights.type[static_cast<size_t>(last.weights[0])] != type) {
+    return std::nullopt;
+  }
+  const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
+  const int64_t k = x[x.rank() - 1];
+  bool served = false;
+  (void)by_weight_type(type, [&](auto tag) -> Status {
+    served = cuda::gemv_norm_input_served<decltype(tag)>(ir::row_count(x), k);
+    return {};
+  });
+  const auto tensor = [&](int32_t t) { return static_cast<float*>(a.tensors[static_cast<size_t>(t)]); };
+  const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
+  const NormInput in{tensor(first.inputs[0]),  weights.ptr[static_cast<size_t>(first.weights[0])], tensor(residual),
+                     tensor(add.outputs[0]),   weights.ptr[static_cast<size_t>(last.weights[0])],  first.attrs.eps,
+                     first.attrs.weight_offset};
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!served || !aligned(in.x) || !aligned(in.residual) || !aligned(in.sum) || !aligned(in.w_post) ||
+      !aligned(in.w_next)) {
+    return std::nullopt;
+  }
+  // Every block reads x and residual while block 0 writes sum and the others their outputs:
+  // none may overlap (the memory plan keeps them apart; bound tensors are checked here).
+  const auto bytes_of = [&](int32_t t) { return a.dims[static_cast<size_t>(t)].volume() * 4; };
+  const auto apart = [&](int32_t t, int32_t u) {
+    const auto* p = static_cast<const char*>(a.tensors[static_cast<size_t>(t)]);
+    const auto* q = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
+    return p + bytes_of(t) <= q || q + bytes_of(u) <= p;
+  };
+  std::vector<int32_t> written = {add.outputs[0]};
+  const Node& writer = next->kind == Step::kGatedLinear ? net.nodes[next->nodes[1]] : linear;
+  written.insert(written.end(), writer.outputs.begin(), writer.outputs.end());
+  for (size_t w = 0; w < written.size(); ++w) {
+    for (int32_t read : {first.inputs[0], residual}) {
+      if (!apart(written[w], read)) return std::nullopt;
+    }
+    for (size_t v = w + 1; v < written.size(); ++v) {
+      if (!apart(written[w], written[v])) return std::nullopt;
+    }
+  }
+  return in;
+}
+
 /// Every step of the network on `stream`; with `whole`, its decoder layers as one
 /// whole-step launch.
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
   bool scratch_input = false;
+  std::optional<NormInput> norm;  // the previous step's norms, for this step's GEMV
   // The first kernel waits for everything ahead of the network (launch.h): the decode
   // attention reads the positions input before its own wait.
   cuda::launch_next_plainly();
@@ -1228,15 +1319,25 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
     const Step& step = steps[i];
     const size_t n = step.nodes[0];
     Status s;
+    // The step that runs next (none where the whole-step launch takes over).
+    const Step* next =
+        i + 1 < steps.size() && (whole == nullptr || i + 1 != whole->first_step) ? &steps[i + 1] : nullptr;
+    // The previous step left its norms to this step's GEMV.
+    const std::optional<NormInput> norm_input = norm;
+    norm = norm_into_gemv(net, weights, step, next, args, launch.tactics);
+    if (norm) {
+      scratch_input = false;
+      continue;
+    }
     // The previous step wrote this step's linear input into the scratch.
     const bool input_in_scratch = scratch_input;
-    scratch_input =
-        norm_writes_gemm_input(net, weights, step, i + 1 < steps.size() ? &steps[i + 1] : nullptr, launch.tactics);
+    scratch_input = norm_writes_gemm_input(net, weights, step, next, launch.tactics);
     if (step.kind == Step::kSingle) {
       // A stacked QKV linear whose output the next step (the q / k norms and RoPE) reads.
       const bool defer = step.stacked_into_head_norm && is_stacked(launch.tactics[n]);
       const float* stacked = nullptr;
-      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch, defer ? &stacked : nullptr);
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch, defer ? &stacked : nullptr,
+                        nullptr, norm_input ? &*norm_input : nullptr);
       if (s.ok() && defer) {
         const Node& linear = net.nodes[n];
         const auto rows = [&](size_t o) { return net.weights[static_cast<size_t>(linear.weights[o])].dims[0]; };
@@ -1253,7 +1354,7 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
     } else if (step.kind != Step::kGatedLinear) {
       s = run_fused(net, weights, step, args, stream, scratch_input);
     } else if (is_gemv(launch.tactics[n])) {
-      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, stream);
+      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, stream, norm_input ? &*norm_input : nullptr);
       if (s.ok() && step.nodes.size() == 3) {  // the down projection
         const size_t down = step.nodes[2];
         s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
@@ -1796,8 +1897,17 @@ class CudaBackend final : public DeviceBackend {
 
   std::vector<size_t> launch_group_ends(const Network& net) const override {
     std::vector<size_t> ends(net.nodes.size());
-    for (const Step& step : plan_steps(net)) {
-      for (size_t n : step.nodes) ends[n] = step.nodes.back();
+    const std::vector<Step> steps = plan_steps(net);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      // A kNormAddNorm step whose last norm only the next step's linear reads may run inside
+      // that linear's GEMV (norm_into_gemv, decided per launch): one launch for both steps.
+      const bool into_next = steps[i].kind == Step::kNormAddNorm && steps[i].feeds_linear &&
+                             steps[i].nodes.size() == 3 && i + 1 < steps.size();
+      const size_t end = into_next ? steps[i + 1].nodes.back() : steps[i].nodes.back();
+      for (size_t n : steps[i].nodes) ends[n] = std::max(ends[n], end);
+      if (into_next) {
+        for (size_t n : steps[i + 1].nodes) ends[n] = std::max(ends[n], end);
+      }
     }
     return ends;
   }

@@ -93,6 +93,35 @@ inline constexpr GemvGeometry kGemvDefaultGeometry{4, 2};
 /// The geometries an M = 1 launch takes (the default first).
 inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8}, {4, 4}, {8, 2}};
 
+/// A GEMV input the launch computes itself (decode, M = 1): the residual step of
+/// norm_add_norm in the GEMV's prologue,
+///   sum   = residual + rms_norm(x, w_post)       (written by the launch)
+///   input = rms_norm(sum, w_next)                (the GEMV's x; never stored)
+/// each block computing `input` into its shared memory after its first weight loads have
+/// gone out and one block writing `sum`, so the norms cost no launch of their own (the
+/// kernel boundary is what a decode layer's norms cost: docs/PERFORMANCE.md). x, residual
+/// and sum [K] f32 and 16-byte aligned; sum must not overlap x or residual, and no output of
+/// the launch may overlap any of the three. w_post, w_next [K] (W).
+template <typename W>
+struct GemvNormInput {
+  const float* x = nullptr;
+  const W* w_post = nullptr;
+  const float* residual = nullptr;
+  float* sum = nullptr;
+  const W* w_next = nullptr;
+  float eps = 0.0f;
+  float offset = 0.0f;
+};
+/// Largest K a launch with a GemvNormInput serves (x and the residual as f32 and both norm
+/// weights as W take 48 KiB of shared memory a block at bf16, 64 KiB at f32).
+inline constexpr int64_t kGemvNormMaxK = 4096;
+/// Whether a launch of M rows of K columns of W takes a GemvNormInput (its pointers, the norm
+/// weights' included, must also be 16-byte aligned).
+template <typename W>
+constexpr bool gemv_norm_input_served(int64_t M, int64_t K) {
+  return M == 1 && K > 0 && K <= kGemvNormMaxK && K * static_cast<int64_t>(sizeof(W)) % 16 == 0;
+}
+
 /// x [M, K] f32, w [N, K] (W), bias [N] f32 or null, y [M, N] f32; 1 <= M <= 8 (M = 0 or
 /// N = 0 is a no-op; M > 8, or a geometry the launch does not take, is
 /// cudaErrorInvalidValue). Memory-bound: streams W once with 16-byte loads when
@@ -116,20 +145,26 @@ struct GemvTarget {
 };
 /// Several weights sharing one x (fused QKV, gate+up) in one launch: count in [1, 4]
 /// targets (host array), each computed as gemv() would. All share K and W.
+/// norm_input (nullable): x is computed by the launch (GemvNormInput; x itself is not read
+/// and may be null); a launch gemv_norm_input_served does not serve, or unaligned
+/// pointers, or no output rows (nothing would write sum), is cudaErrorInvalidValue.
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
+                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
+                       const GemvNormInput<W>* norm_input = nullptr);
 
 /// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
 enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
 /// A gated MLP's first half in one launch (decode: gate_up_proj + gelu_tanh_mul or
 /// silu_mul): y[M, N] = act(x W_gate^T + b_gate) * (x W_up^T + b_up), with w_gate, w_up
 /// [N, K] (W) and nullable biases [N]; the products are gemv()'s, the activation the
-/// elementwise kernel's. Same limits as gemv(); y must not alias x.
+/// elementwise kernel's. Same limits as gemv(); y must not alias x. norm_input: as
+/// gemv_multi's.
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
                        GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
-                       GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
+                       GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
+                       const GemvNormInput<W>* norm_input = nullptr);
 
 // ---- attention --------------------------------------------------------------------------------
 // q [T, heads * head_dim], caches [max_ctx, kv_heads * head_dim], out [T, heads * head_dim].

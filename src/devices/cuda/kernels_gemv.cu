@@ -30,6 +30,12 @@
 //   units in turn and issuing the next one's first loads before it reduces and stores the
 //   current one, so that no unit starts from an empty pipeline. The 1B's decode gate/up
 //   had 3.3 waves of blocks before (docs/PERFORMANCE.md, 2026-12-01 seventh).
+// - A norm input (GemvNormInput, M = 1): the launch computes its own x, the residual step of
+//   norm_add_norm, instead of reading it. Before its wait a block copies both norm weights
+//   into shared memory asynchronously (cp.async) behind its first W loads; after it, the
+//   block copies the sublayer output and the residual in (all loads in flight at once),
+//   forms sum and the normalized input there (two block reductions) and runs its units from
+//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
@@ -68,6 +74,7 @@ struct GemvParams {
   int threads_per_row;  // TPR
   int64_t K;
   GatedActivation activation;  // gemv_gated
+  GemvNormInput<W> norm;       // kNorm launches
 };
 
 /// 16 bytes of W that no other thread writes, bypassing L1 (read once) with a 256-byte L2
@@ -142,6 +149,92 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
   }
 }
 
+/// A sum over the block's 256 threads, in every thread; red [8] is the block's scratch for
+/// this one sum.
+__device__ __forceinline__ float block_sum_256(float v, float* red) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kGemvThreads / 32; ++i) s += red[i];
+  return s;
+}
+
+/// Shared memory of a kNorm launch of K columns of W: x, then the residual (which becomes
+/// the sum and then the input), as f32, then both norm weights as W.
+template <typename W>
+__host__ __device__ constexpr size_t norm_shared_bytes(int64_t K) {
+  return static_cast<size_t>(K) * (2 * sizeof(float) + 2 * sizeof(W));
+}
+
+/// kNorm, before the wait: both norm weights into shared memory (w_post then w_next, K each),
+/// asynchronously: nothing waits for them before the wait for the previous kernel.
+template <typename W>
+__device__ __forceinline__ void stage_norm_weights(const GemvNormInput<W>& n, int64_t K, W* w_shared) {
+  const int64_t chunks = K * static_cast<int64_t>(sizeof(W)) / 16;  // per weight
+  for (int64_t c = threadIdx.x; c < 2 * chunks; c += kGemvThreads) {
+    const W* src = c < chunks ? n.w_post + c * (16 / sizeof(W)) : n.w_next + (c - chunks) * (16 / sizeof(W));
+    cp_async_16(w_shared + c * (16 / sizeof(W)), src);
+  }
+  cp_async_commit();
+}
+
+/// kNorm, after the wait: input [K] (shared) = rms_norm(residual + rms_norm(x, w_post),
+/// w_next) as norm_add_norm computes it, the sum written to n.sum when write_sum. x and the
+/// residual are copied into shared memory first (every load in flight at once), so the
+/// prologue costs one round trip to L2 and two block reductions. K % 4 == 0 and every vector
+/// 16-byte aligned (checked by the entries). Ends with a barrier; `input` is x_shared + K.
+template <typename W>
+__device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int64_t K, float* x_shared, const W* w_shared,
+                                           float (*red)[kGemvThreads / 32], bool write_sum) {
+  const int64_t quads = K / 4;
+  float* const sum_shared = x_shared + K;
+  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
+    cp_async_16(x_shared + 4 * q, n.x + 4 * q);
+    cp_async_16(sum_shared + 4 * q, n.residual + 4 * q);
+  }
+  cp_async_commit();
+  cp_async_wait_all();  // the weights' group too
+  __syncthreads();
+  const auto* x4 = reinterpret_cast<const float4*>(x_shared);
+  auto* s4 = reinterpret_cast<float4*>(sum_shared);
+  const W* w_post = w_shared;
+  const W* w_next = w_shared + K;
+  float squares = 0.0f;
+  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
+    const float4 v = x4[q];
+    squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+  const float inv1 = inverse_rms(block_sum_256(squares, red[0]), static_cast<int>(K), n.eps);
+  const float offset = n.offset;
+  float squares2 = 0.0f;
+  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {  // each thread its own quads from here
+    const float4 v = x4[q];
+    const float4 r = s4[q];
+    const W* wp = w_post + 4 * q;
+    float4 s;  // residual + normed, never contracted with the product
+    s.x = __fadd_rn(r.x, v.x * inv1 * (to_f32(wp[0]) + offset));
+    s.y = __fadd_rn(r.y, v.y * inv1 * (to_f32(wp[1]) + offset));
+    s.z = __fadd_rn(r.z, v.z * inv1 * (to_f32(wp[2]) + offset));
+    s.w = __fadd_rn(r.w, v.w * inv1 * (to_f32(wp[3]) + offset));
+    s4[q] = s;
+    if (write_sum) reinterpret_cast<float4*>(n.sum)[q] = s;
+    squares2 += s.x * s.x + s.y * s.y + s.z * s.z + s.w * s.w;
+  }
+  const float inv2 = inverse_rms(block_sum_256(squares2, red[1]), static_cast<int>(K), n.eps);
+  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
+    float4 s = s4[q];
+    const W* wn = w_next + 4 * q;
+    s.x = s.x * inv2 * (to_f32(wn[0]) + offset);
+    s.y = s.y * inv2 * (to_f32(wn[1]) + offset);
+    s.z = s.z * inv2 * (to_f32(wn[2]) + offset);
+    s.w = s.w * inv2 * (to_f32(wn[3]) + offset);
+    s4[q] = s;
+  }
+  __syncthreads();
+}
+
 /// The work of block b of a launch of total_blocks blocks (a "unit"): which target it serves
 /// and which of its rows this thread's group takes. A grid of fewer blocks runs units
 /// b, b + gridDim.x, ... on block b.
@@ -193,9 +286,12 @@ struct GemvUnit {
 /// loads in flight across units. kGated: one target whose group rows are gate rows
 /// o .. o + R/2 - 1 (w[0]) and the same up rows (w[1]) for the outputs o .. o + R/2 - 1 of
 /// y[0] = act(x W_gate^T + b_gate) * (x W_up^T + b_up).
-template <typename W, int M, bool kVec, bool kGated, int R, int kUnroll>
+/// kNorm: x is computed into shared memory from p.norm (norm_input), dynamic shared memory
+/// norm_shared_bytes<W>(K).
+template <typename W, int M, bool kVec, bool kGated, int R, int kUnroll, bool kNorm>
 __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)) gemv_kernel(const GemvParams<W> p) {
   static_assert(R >= 1 && (!kGated || R % 2 == 0), "a gated group pairs R / 2 gate rows with R / 2 up rows");
+  static_assert(!kNorm || (M == 1 && kVec), "a norm input serves one row of 16-byte chunks");
   using Unit = GemvUnit<W, kGated, R>;
   constexpr int kOutsPerGroup = Unit::kOutsPerGroup;
   using C = Chunk<W, kVec>;
@@ -222,6 +318,12 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
     }
   };
 
+  // kNorm: norm_shared_bytes<W>(K) bytes; the input is at x_shared + K once computed.
+  extern __shared__ float4 gemv_norm_shared[];
+  float* const x_shared = reinterpret_cast<float*>(gemv_norm_shared);
+  const float* const input_shared = x_shared + K;
+  __shared__ float norm_red[kNorm ? 2 : 1][kGemvThreads / 32];
+
   int64_t block = blockIdx.x;
   allow_next_kernel();
   {
@@ -230,7 +332,10 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
     const Unit first(p, block, tpr);
     if (first.active) fetch(first, j);
   }
+  W* const w_shared = reinterpret_cast<W*>(x_shared + 2 * K);
+  if constexpr (kNorm) stage_norm_weights(p.norm, K, w_shared);
   wait_for_prior_kernels();
+  if constexpr (kNorm) norm_input(p.norm, K, x_shared, w_shared, norm_red, blockIdx.x == 0);
   for (;;) {
     // Derived again from `block` (a few integer ops) rather than carried over from the
     // fetch of the previous iteration: carrying a second Unit across the reduction made
@@ -251,7 +356,18 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
           if constexpr (M == 1) {
             // One row's floats live at a time: R * U chunks of W are already held in registers.
             float xf[E];
-            load_x<E>(p.x + c * E, xf);
+            if constexpr (kNorm) {
+#pragma unroll
+              for (int q = 0; q < E / 4; ++q) {
+                const float4 v = reinterpret_cast<const float4*>(input_shared + c * E)[q];
+                xf[4 * q] = v.x;
+                xf[4 * q + 1] = v.y;
+                xf[4 * q + 2] = v.z;
+                xf[4 * q + 3] = v.w;
+              }
+            } else {
+              load_x<E>(p.x + c * E, xf);
+            }
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               float wf[E];
@@ -345,16 +461,16 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-/// Blocks of `kernel` (256 threads) the device holds at once: its occupancy times the SM
-/// count of the device current at the first call (no cap if either query fails).
+/// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) the device holds at once: its occupancy
+/// times the SM count of the device current at the first call (no cap if either query fails).
 template <typename Kernel>
-int64_t resident_blocks(Kernel kernel) {
+int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
   int device = 0;
   int sms = 0;
   int per_sm = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, 0) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
       sms * per_sm < 1) {
     (void)cudaGetLastError();
     return INT64_MAX;
@@ -369,42 +485,72 @@ bool persistent_grid() {
   return on;
 }
 
-template <typename W, int M, bool kGated, int R, int U>
+/// Blocks of the kNorm kernel (M = 1) the device holds at once, at the largest shared memory a
+/// norm launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
+template <typename W, bool kGated, int R, int U>
+int64_t norm_resident_blocks() {
+  static const int64_t resident = [] {
+    const auto kernel = gemv_kernel<W, 1, true, kGated, R, U, true>;
+    const auto most = static_cast<int>(norm_shared_bytes<W>(kGemvNormMaxK));
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
+      (void)cudaGetLastError();  // the launch then fails where it needs more than the default
+    }
+    return resident_blocks(kernel, static_cast<size_t>(most));
+  }();
+  return resident;
+}
+
+/// A kNorm launch takes the vector kernel only (the entries check that it applies).
+template <typename W, int M, bool kGated, int R, int U, bool kNorm>
 void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStream_t stream) {
-  const auto kernel = vec ? gemv_kernel<W, M, true, kGated, R, U> : gemv_kernel<W, M, false, kGated, R, U>;
-  static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U>),
-                                      resident_blocks(gemv_kernel<W, M, true, kGated, R, U>)};
   int64_t blocks = p.total_blocks;
-  if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
+  size_t shared = 0;
+  if constexpr (kNorm) {
+    if (persistent_grid()) blocks = std::min(blocks, norm_resident_blocks<W, kGated, R, U>());
+    shared = norm_shared_bytes<W>(p.K);
+  } else {
+    static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
+                                        resident_blocks(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
+    if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
+  }
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
-  launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, 0, stream, p);
+  if constexpr (kNorm) {
+    launch_kernel(gemv_kernel<W, M, true, kGated, R, U, true>, static_cast<unsigned>(blocks), kGemvThreads, shared,
+                  stream, p);
+  } else {
+    const auto kernel =
+        vec ? gemv_kernel<W, M, true, kGated, R, U, false> : gemv_kernel<W, M, false, kGated, R, U, false>;
+    launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, shared, stream, p);
+  }
 }
 
 /// The M = 1 launch of geometry g: kGemvGeometries[I], or a later entry.
-template <typename W, bool kGated, size_t I = 0>
+template <typename W, bool kGated, bool kNorm, size_t I = 0>
 void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
   if constexpr (I < std::size(kGemvGeometries)) {
     constexpr GemvGeometry kG = kGemvGeometries[I];
-    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll>(p, vec, max_blocks, stream);
-    launch_one_row<W, kGated, I + 1>(p, g, vec, max_blocks, stream);
+    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll, kNorm>(p, vec, max_blocks, stream);
+    launch_one_row<W, kGated, kNorm, I + 1>(p, g, vec, max_blocks, stream);
   }
 }
 
 /// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
-/// entries).
+/// entries). norm: a kNorm launch (M = 1, vec; checked by the entries).
 template <typename W, bool kGated>
-void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
+void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream,
+                 bool norm) {
   constexpr int R = kGemvDefaultGeometry.rows;
   constexpr int U = kGemvDefaultGeometry.unroll;
-  if (M == 1) return launch_one_row<W, kGated>(p, g, vec, max_blocks, stream);
+  if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, stream);
+  if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, stream);
   switch (M) {
-    case 2: launch_gemv<W, 2, kGated, R, U>(p, vec, max_blocks, stream); break;
-    case 3: launch_gemv<W, 3, kGated, R, U>(p, vec, max_blocks, stream); break;
-    case 4: launch_gemv<W, 4, kGated, R, U>(p, vec, max_blocks, stream); break;
-    case 5: launch_gemv<W, 5, kGated, R, U>(p, vec, max_blocks, stream); break;
-    case 6: launch_gemv<W, 6, kGated, R, U>(p, vec, max_blocks, stream); break;
-    case 7: launch_gemv<W, 7, kGated, R, U>(p, vec, max_blocks, stream); break;
-    default: launch_gemv<W, 8, kGated, R, U>(p, vec, max_blocks, stream); break;
+    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, stream); break;
   }
 }
 
@@ -425,13 +571,24 @@ bool geometry_served(GemvGeometry g, int64_t M) {
   return false;
 }
 
+/// Whether a norm input (null: none) is served for a launch of M rows of K with 16-byte
+/// chunks of W when vec: gemv_norm_input_served, every pointer given and 16-byte aligned.
+template <typename W>
+bool norm_input_ok(const GemvNormInput<W>* n, int64_t M, int64_t K, bool vec) {
+  if (n == nullptr) return true;
+  return vec && gemv_norm_input_served<W>(M, K) && n->x != nullptr && n->w_post != nullptr && n->residual != nullptr &&
+         n->sum != nullptr && n->w_next != nullptr && aligned16(n->x) && aligned16(n->residual) && aligned16(n->sum) &&
+         aligned16(n->w_post) && aligned16(n->w_next);
+}
+
 }  // namespace
 
 // ---- exported entries -------------------------------------------------------------------------
 
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks) {
+                       cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks,
+                       const GemvNormInput<W>* norm_input) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
       !geometry_served(geometry, M) || max_blocks < 0) {
     return cudaErrorInvalidValue;
@@ -443,12 +600,14 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   p.x = x;
   p.count = count;
   p.K = K;
-  bool vec = K % kVecElems == 0 && aligned16(x);
+  bool vec = K % kVecElems == 0 && (norm_input != nullptr || aligned16(x));
   for (int i = 0; i < count; ++i) {
     const GemvTarget<W>& t = targets[i];
     if (t.n < 0 || (t.n > 0 && (t.w == nullptr || t.y == nullptr))) return cudaErrorInvalidValue;
     vec = vec && aligned16(t.w);
   }
+  if (!norm_input_ok(norm_input, M, K, vec)) return cudaErrorInvalidValue;
+  if (norm_input != nullptr) p.norm = *norm_input;
   p.threads_per_row = threads_per_row(vec ? K / kVecElems : K, geometry.unroll);
   const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * R;
   for (int i = 0; i < count; ++i) {
@@ -461,8 +620,8 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
     p.block_end[i] = p.total_blocks;
   }
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
-  if (p.total_blocks == 0) return cudaSuccess;
-  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream);
+  if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;  // nothing writes sum
+  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
   return cudaGetLastError();
 }
 
@@ -476,15 +635,19 @@ cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
                        GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
-                       GemvGeometry geometry, int64_t max_blocks) {
+                       GemvGeometry geometry, int64_t max_blocks, const GemvNormInput<W>* norm_input) {
   if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || !geometry_served(geometry, M) || max_blocks < 0 ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
       (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
     return cudaErrorInvalidValue;
   }
-  if (M == 0 || N == 0) return cudaSuccess;
   constexpr int64_t kVecElems = 16 / static_cast<int64_t>(sizeof(W));
+  const bool vec =
+      K % kVecElems == 0 && (norm_input != nullptr || aligned16(x)) && aligned16(w_gate) && aligned16(w_up);
+  if (!norm_input_ok(norm_input, M, K, vec) || (norm_input != nullptr && N == 0)) return cudaErrorInvalidValue;
+  if (M == 0 || N == 0) return cudaSuccess;
   GemvParams<W> p{};
+  if (norm_input != nullptr) p.norm = *norm_input;
   p.x = x;
   p.w[0] = w_gate;
   p.w[1] = w_up;
@@ -495,12 +658,11 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   p.count = 1;
   p.K = K;
   p.activation = activation;
-  const bool vec = K % kVecElems == 0 && aligned16(x) && aligned16(w_gate) && aligned16(w_up);
   p.threads_per_row = threads_per_row(vec ? K / kVecElems : K, geometry.unroll);
   const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (geometry.rows / 2);
   p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
   for (int64_t& end : p.block_end) end = p.total_blocks;
-  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, stream);
+  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
   return cudaGetLastError();
 }
 
@@ -508,9 +670,10 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
                                GemvGeometry, int64_t);                                                                \
   template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
-                                     GemvGeometry, int64_t);                                                          \
+                                     GemvGeometry, int64_t, const GemvNormInput<W>*);                                 \
   template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
-                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t);
+                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t,          \
+                                     const GemvNormInput<W>*);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GEMV(__half)
