@@ -274,7 +274,8 @@ std::vector<int64_t> shape_key(const NetworkLaunch& launch) {
 struct Step {
   enum Kind { kSingle, kHeadNormRope, kNormAddNorm, kGatedLinear } kind = kSingle;
   std::vector<size_t> nodes;
-  // kNormAddNorm: its last norm is read only by the next step's first node, a linear.
+  // kNormAddNorm of three nodes (post-norm, add, pre-norm): its last norm is read only by the
+  // next step's first node, a linear. Set on no other step.
   bool feeds_linear = false;
   // kSingle, a linear of three outputs (q, k, v) with stacked weights and no bias, whose q
   // and k are read only by the next step, a kHeadNormRope of both: with a kLinearStacked
@@ -497,9 +498,6 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (is_gemv(tactic)) {
         return by_weight_type(type, [&](auto w) -> Status {
           using W = decltype(w);
-          if (norm != nullptr && outs > static_cast<size_t>(cuda::kGemvMaxTargets)) {
-            return internal_error("a norm input for a linear of more than one GEMV launch");
-          }
           const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
           for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
             cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
@@ -508,10 +506,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
               targets[t] = {static_cast<const W*>(weights.ptr[wid(first + t)]), bias(first + t), out(first + t),
                             wdims(first + t)[0]};
             }
-            GEARBOX_RETURN_IF_ERROR(cuda_check(
-                cuda::gemv_multi<W>(norm != nullptr ? nullptr : f(0), targets, static_cast<int>(count), m, k, stream,
-                                    gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
-                norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
+            GEARBOX_RETURN_IF_ERROR(
+                cuda_check(cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream,
+                                               gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
+                           norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
           }
           return Status();
         });
@@ -1133,15 +1131,14 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
   return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
     using W = decltype(tag);
     const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
-    return cuda_check(
-        cuda::gemv_gated<W>(
-            norm != nullptr ? nullptr : static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
-            static_cast<const W*>(weights.ptr[wid(0)]), static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1),
-            activation, static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]), ir::row_count(x),
-            net.weights[wid(0)].dims[0], x[x.rank() - 1], stream, gemv_geometry(tactic), 0,
-            norm != nullptr ? &norm_input : nullptr),
-        norm != nullptr ? "rms_norm + add + rms_norm + linear + gated activation (fused gemv)"
-                        : "linear + gated activation (fused gemv)");
+    return cuda_check(cuda::gemv_gated<W>(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
+                                          static_cast<const W*>(weights.ptr[wid(0)]),
+                                          static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
+                                          static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]),
+                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], stream,
+                                          gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
+                      norm != nullptr ? "rms_norm + add + rms_norm + linear + gated activation (fused gemv)"
+                                      : "linear + gated activation (fused gemv)");
   });
 }
 
@@ -1239,8 +1236,8 @@ bool norm_into_gemv_enabled() {
 /// The memory plan keeps both steps' tensors apart (launch_group_ends).
 std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& weights, const Step& step,
                                         const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
-  if (!norm_into_gemv_enabled() || step.kind != Step::kNormAddNorm || !step.feeds_linear || step.nodes.size() != 3 ||
-      next == nullptr || (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
+  if (!norm_into_gemv_enabled() || !step.feeds_linear || next == nullptr ||
+      (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
     return std::nullopt;
   }
   const Node& linear = net.nodes[next->nodes[0]];
@@ -1281,14 +1278,15 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
     const auto* q = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
     return p + bytes_of(t) <= q || q + bytes_of(u) <= p;
   };
-  std::vector<int32_t> written = {add.outputs[0]};
   const Node& writer = next->kind == Step::kGatedLinear ? net.nodes[next->nodes[1]] : linear;
-  written.insert(written.end(), writer.outputs.begin(), writer.outputs.end());
-  for (size_t w = 0; w < written.size(); ++w) {
+  std::array<int32_t, 1 + cuda::kGemvMaxTargets> written{add.outputs[0]};
+  const size_t count = 1 + writer.outputs.size();  // <= kGemvMaxTargets outputs (checked above)
+  std::copy(writer.outputs.begin(), writer.outputs.end(), written.begin() + 1);
+  for (size_t w = 0; w < count; ++w) {
     for (int32_t read : {first.inputs[0], residual}) {
       if (!apart(written[w], read)) return std::nullopt;
     }
-    for (size_t v = w + 1; v < written.size(); ++v) {
+    for (size_t v = w + 1; v < count; ++v) {
       if (!apart(written[w], written[v])) return std::nullopt;
     }
   }
@@ -1899,15 +1897,10 @@ class CudaBackend final : public DeviceBackend {
     std::vector<size_t> ends(net.nodes.size());
     const std::vector<Step> steps = plan_steps(net);
     for (size_t i = 0; i < steps.size(); ++i) {
-      // A kNormAddNorm step whose last norm only the next step's linear reads may run inside
-      // that linear's GEMV (norm_into_gemv, decided per launch): one launch for both steps.
-      const bool into_next = steps[i].kind == Step::kNormAddNorm && steps[i].feeds_linear &&
-                             steps[i].nodes.size() == 3 && i + 1 < steps.size();
-      const size_t end = into_next ? steps[i + 1].nodes.back() : steps[i].nodes.back();
-      for (size_t n : steps[i].nodes) ends[n] = std::max(ends[n], end);
-      if (into_next) {
-        for (size_t n : steps[i + 1].nodes) ends[n] = std::max(ends[n], end);
-      }
+      // A step whose last norm only the next step's linear reads may run inside that linear's
+      // GEMV (norm_into_gemv, decided per launch): its tensors then live through that step.
+      const bool into_next = steps[i].feeds_linear && i + 1 < steps.size();
+      for (size_t n : steps[i].nodes) ends[n] = (into_next ? steps[i + 1] : steps[i]).nodes.back();
     }
     return ends;
   }

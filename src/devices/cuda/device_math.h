@@ -57,6 +57,20 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// The sum of v over a block of kThreads threads (whole warps), returned to every thread;
+/// red [kThreads / 32] is shared scratch that the next sum must not write before every
+/// thread has read this one (give it other scratch, or a barrier first). One barrier.
+template <int kThreads>
+__device__ __forceinline__ float block_sum_to_all(float v, float* red) {
+  v = warp_sum(v);
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float s = red[0];
+#pragma unroll
+  for (int i = 1; i < kThreads / 32; ++i) s += red[i];
+  return s;
+}
+
 /// 1 / sqrt(mean + eps) of a row's sum of squares, as the CPU computes it (no rsqrtf).
 __device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
   return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);

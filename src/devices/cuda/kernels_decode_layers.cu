@@ -8,6 +8,7 @@
 
 #include "devices/cuda/decode_layers.h"
 #include "devices/cuda/device_math.h"
+#include "devices/cuda/residual_norm.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -212,16 +213,6 @@ __device__ __forceinline__ void stage_async(void* dst, const void* src, int byte
 }
 
 __device__ __forceinline__ float4 ld4(const float* p) { return __ldcg(reinterpret_cast<const float4*>(p)); }
-__device__ __forceinline__ float4 get4(const float* p) { return *reinterpret_cast<const float4*>(p); }
-__device__ __forceinline__ void put4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-__device__ __forceinline__ float squares4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
-
-/// x * inv * (w + offset) per element of four, w the weights at w4 (shared memory).
-template <typename W>
-__device__ __forceinline__ float4 scale4(float4 x, float inv, const W* w4, float offset) {
-  return make_float4(x.x * inv * (to_f32(w4[0]) + offset), x.y * inv * (to_f32(w4[1]) + offset),
-                     x.z * inv * (to_f32(w4[2]) + offset), x.w * inv * (to_f32(w4[3]) + offset));
-}
 
 /// x_s = rms_norm(in, w) (the first layer's input norm).
 template <typename W>
@@ -267,21 +258,8 @@ __device__ void residual_norm(const float* delta, const W* w_post, const float* 
       }
     }
   }
-  const float inv1 = inverse_rms(consumers_sum(squares, red), dim, eps);
-  float squares2 = 0.0f;
-  for (int c = tid; c < n4; c += kConsumers) {
-    const float4 normed = scale4(get4(x_s + 4 * c), inv1, w_post + 4 * c, offset);
-    const float4 r = get4(r_s + 4 * c);
-    // never contracted with the product
-    const float4 sum = make_float4(__fadd_rn(r.x, normed.x), __fadd_rn(r.y, normed.y), __fadd_rn(r.z, normed.z),
-                                   __fadd_rn(r.w, normed.w));
-    put4(x_s + 4 * c, sum);
-    if (sum_out != nullptr) put4(sum_out + 4 * c, sum);
-    squares2 += squares4(sum);
-  }
-  if (w_next == nullptr) return;
-  const float inv2 = inverse_rms(consumers_sum(squares2, red), dim, eps);
-  for (int c = tid; c < n4; c += kConsumers) put4(x_s + 4 * c, scale4(get4(x_s + 4 * c), inv2, w_next + 4 * c, offset));
+  residual_norm_staged(x_s, r_s, w_post, w_next, sum_out, dim, eps, offset, tid, kConsumers, squares,
+                       [red](float v) { return consumers_sum(v, red); });
 }
 
 // ---- weight tiles ---------------------------------------------------------------------------------

@@ -30,14 +30,6 @@ struct Parts {
   int64_t first_block[kMaxParts + 1];  // blocks before part i: T * heads of the earlier parts
 };
 
-__device__ __forceinline__ float block_sum_128(float v, float* shared) {
-  const int tid = static_cast<int>(threadIdx.x);
-  v = warp_sum(v);
-  if (tid % 32 == 0) shared[tid / 32] = v;
-  __syncthreads();
-  return shared[0] + shared[1] + shared[2] + shared[3];
-}
-
 /// A (part, token, head) of a head_norm_rope launch: unit i of the parts' T * heads each.
 template <typename W>
 struct HeadUnit {
@@ -82,8 +74,8 @@ __global__ void __launch_bounds__(kHeadThreads)
 
   float sum = 0.0f;
   for (int i = tid; i < head_dim; i += kHeadThreads) sum += x[i] * x[i];
-  // Every thread's reads of x precede the barrier inside block_sum_128: y may be x below.
-  const float inv_rms = inverse_rms(block_sum_128(sum, sums), head_dim, eps);
+  // Every thread's reads of x precede the barrier inside block_sum_to_all: y may be x below.
+  const float inv_rms = inverse_rms(block_sum_to_all<kHeadThreads>(sum, sums), head_dim, eps);
 
   if (pos < 0) {
     if (tid == 0 && h == 0 && error_flag != nullptr) atomicExch(error_flag, 1);

@@ -35,7 +35,8 @@
 //   into shared memory asynchronously (cp.async) behind its first W loads; after it, the
 //   block copies the sublayer output and the residual in (all loads in flight at once),
 //   forms sum and the normalized input there (two block reductions) and runs its units from
-//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's.
+//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h,
+//   shared with the whole-step decode kernel).
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
@@ -47,6 +48,7 @@
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
 #include "devices/cuda/launch.h"
+#include "devices/cuda/residual_norm.h"
 #include "devices/cuda/switches.h"
 
 namespace gearbox::cuda {
@@ -132,15 +134,16 @@ struct Chunk<W, false> {
   __device__ __forceinline__ void to_f32(float (&f)[1]) const { f[0] = value; }
 };
 
-/// x[m, c * E : c * E + E] for E = 4 or 8 (16-byte aligned) or E = 1.
-template <int E>
+/// x[m, c * E : c * E + E] for E = 4 or 8 (16-byte aligned) or E = 1; kShared: from shared
+/// memory (a norm input), else read-only through L1.
+template <int E, bool kShared = false>
 __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
   if constexpr (E == 1) {
-    f[0] = __ldg(p);
+    f[0] = kShared ? *p : __ldg(p);
   } else {
 #pragma unroll
     for (int q = 0; q < E / 4; ++q) {
-      const float4 v = __ldg(reinterpret_cast<const float4*>(p) + q);
+      const float4 v = kShared ? reinterpret_cast<const float4*>(p)[q] : __ldg(reinterpret_cast<const float4*>(p) + q);
       f[4 * q] = v.x;
       f[4 * q + 1] = v.y;
       f[4 * q + 2] = v.z;
@@ -149,20 +152,8 @@ __device__ __forceinline__ void load_x(const float* p, float (&f)[E]) {
   }
 }
 
-/// A sum over the block's 256 threads, in every thread; red [8] is the block's scratch for
-/// this one sum.
-__device__ __forceinline__ float block_sum_256(float v, float* red) {
-  v = warp_sum(v);
-  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
-  __syncthreads();
-  float s = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kGemvThreads / 32; ++i) s += red[i];
-  return s;
-}
-
-/// Shared memory of a kNorm launch of K columns of W: x, then the residual (which becomes
-/// the sum and then the input), as f32, then both norm weights as W.
+/// Shared memory of a kNorm launch of K columns of W: x (which becomes the sum and then the
+/// input) and the residual as f32, then both norm weights as W.
 template <typename W>
 __host__ __device__ constexpr size_t norm_shared_bytes(int64_t K) {
   return static_cast<size_t>(K) * (2 * sizeof(float) + 2 * sizeof(W));
@@ -180,58 +171,28 @@ __device__ __forceinline__ void stage_norm_weights(const GemvNormInput<W>& n, in
   cp_async_commit();
 }
 
-/// kNorm, after the wait: input [K] (shared) = rms_norm(residual + rms_norm(x, w_post),
-/// w_next) as norm_add_norm computes it, the sum written to n.sum when write_sum. x and the
-/// residual are copied into shared memory first (every load in flight at once), so the
-/// prologue costs one round trip to L2 and two block reductions. K % 4 == 0 and every vector
-/// 16-byte aligned (checked by the entries). Ends with a barrier; `input` is x_shared + K.
+/// kNorm, after the wait: x_shared [K] = rms_norm(residual + rms_norm(x, w_post), w_next)
+/// (residual_norm_staged), the sum written to n.sum when write_sum. x and the residual are
+/// copied into shared memory first (x_shared, then the residual at x_shared + K), every load
+/// in flight at once, so the prologue costs one round trip to L2 and two block reductions.
+/// K % 4 == 0 and every vector 16-byte aligned (checked by the entries). Ends with a barrier.
 template <typename W>
-__device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int64_t K, float* x_shared, const W* w_shared,
+__device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int K, float* x_shared, const W* w_shared,
                                            float (*red)[kGemvThreads / 32], bool write_sum) {
-  const int64_t quads = K / 4;
-  float* const sum_shared = x_shared + K;
-  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
-    cp_async_16(x_shared + 4 * q, n.x + 4 * q);
-    cp_async_16(sum_shared + 4 * q, n.residual + 4 * q);
+  const int tid = static_cast<int>(threadIdx.x);
+  float* const r_shared = x_shared + K;
+  for (int c = tid; c < K / 4; c += kGemvThreads) {
+    cp_async_16(x_shared + 4 * c, n.x + 4 * c);
+    cp_async_16(r_shared + 4 * c, n.residual + 4 * c);
   }
   cp_async_commit();
   cp_async_wait_all();  // the weights' group too
   __syncthreads();
-  const auto* x4 = reinterpret_cast<const float4*>(x_shared);
-  auto* s4 = reinterpret_cast<float4*>(sum_shared);
-  const W* w_post = w_shared;
-  const W* w_next = w_shared + K;
   float squares = 0.0f;
-  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
-    const float4 v = x4[q];
-    squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-  }
-  const float inv1 = inverse_rms(block_sum_256(squares, red[0]), static_cast<int>(K), n.eps);
-  const float offset = n.offset;
-  float squares2 = 0.0f;
-  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {  // each thread its own quads from here
-    const float4 v = x4[q];
-    const float4 r = s4[q];
-    const W* wp = w_post + 4 * q;
-    float4 s;  // residual + normed, never contracted with the product
-    s.x = __fadd_rn(r.x, v.x * inv1 * (to_f32(wp[0]) + offset));
-    s.y = __fadd_rn(r.y, v.y * inv1 * (to_f32(wp[1]) + offset));
-    s.z = __fadd_rn(r.z, v.z * inv1 * (to_f32(wp[2]) + offset));
-    s.w = __fadd_rn(r.w, v.w * inv1 * (to_f32(wp[3]) + offset));
-    s4[q] = s;
-    if (write_sum) reinterpret_cast<float4*>(n.sum)[q] = s;
-    squares2 += s.x * s.x + s.y * s.y + s.z * s.z + s.w * s.w;
-  }
-  const float inv2 = inverse_rms(block_sum_256(squares2, red[1]), static_cast<int>(K), n.eps);
-  for (int64_t q = threadIdx.x; q < quads; q += kGemvThreads) {
-    float4 s = s4[q];
-    const W* wn = w_next + 4 * q;
-    s.x = s.x * inv2 * (to_f32(wn[0]) + offset);
-    s.y = s.y * inv2 * (to_f32(wn[1]) + offset);
-    s.z = s.z * inv2 * (to_f32(wn[2]) + offset);
-    s.w = s.w * inv2 * (to_f32(wn[3]) + offset);
-    s4[q] = s;
-  }
+  for (int c = tid; c < K / 4; c += kGemvThreads) squares += squares4(get4(x_shared + 4 * c));
+  int sums = 0;  // each of the two sums its own scratch, so no barrier between them
+  residual_norm_staged(x_shared, r_shared, w_shared, w_shared + K, write_sum ? n.sum : nullptr, K, n.eps, n.offset, tid,
+                       kGemvThreads, squares, [&](float v) { return block_sum_to_all<kGemvThreads>(v, red[sums++]); });
   __syncthreads();
 }
 
@@ -318,10 +279,9 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
     }
   };
 
-  // kNorm: norm_shared_bytes<W>(K) bytes; the input is at x_shared + K once computed.
+  // kNorm: norm_shared_bytes<W>(K) bytes; x_shared holds the input once computed.
   extern __shared__ float4 gemv_norm_shared[];
   float* const x_shared = reinterpret_cast<float*>(gemv_norm_shared);
-  const float* const input_shared = x_shared + K;
   __shared__ float norm_red[kNorm ? 2 : 1][kGemvThreads / 32];
 
   int64_t block = blockIdx.x;
@@ -335,7 +295,7 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
   W* const w_shared = reinterpret_cast<W*>(x_shared + 2 * K);
   if constexpr (kNorm) stage_norm_weights(p.norm, K, w_shared);
   wait_for_prior_kernels();
-  if constexpr (kNorm) norm_input(p.norm, K, x_shared, w_shared, norm_red, blockIdx.x == 0);
+  if constexpr (kNorm) norm_input(p.norm, static_cast<int>(K), x_shared, w_shared, norm_red, blockIdx.x == 0);
   for (;;) {
     // Derived again from `block` (a few integer ops) rather than carried over from the
     // fetch of the previous iteration: carrying a second Unit across the reduction made
@@ -356,18 +316,7 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
           if constexpr (M == 1) {
             // One row's floats live at a time: R * U chunks of W are already held in registers.
             float xf[E];
-            if constexpr (kNorm) {
-#pragma unroll
-              for (int q = 0; q < E / 4; ++q) {
-                const float4 v = reinterpret_cast<const float4*>(input_shared + c * E)[q];
-                xf[4 * q] = v.x;
-                xf[4 * q + 1] = v.y;
-                xf[4 * q + 2] = v.z;
-                xf[4 * q + 3] = v.w;
-              }
-            } else {
-              load_x<E>(p.x + c * E, xf);
-            }
+            load_x<E, kNorm>(kNorm ? x_shared + c * E : p.x + c * E, xf);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               float wf[E];
