@@ -834,8 +834,9 @@ void bench_graph_launch(cudaStream_t stream) {
 /// difference is what that kernel adds to the chain (its own time less what overlaps its
 /// neighbours). A sliding layer (window 512: 16 splits combined in a cluster) and a global
 /// one (32 splits and a combine kernel), as 5 of 6 and 1 of 6 Gemma-3 layers. "norms in the
-/// GEMVs": the chain the engine runs since kernels 11, each norm_add_norm computed by the
-/// GEMV after it (cuda::GemvNormInput).
+/// GEMVs": each norm_add_norm computed by the GEMV after it (cuda::GemvNormInput); "head norm
+/// in the attention": head_norm_rope computed by the attention (attention_decode_head_norm);
+/// "all fused": both, the chain the engine runs.
 void bench_layer(cudaStream_t stream) {
   std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
   constexpr int64_t H = 1152, I = 6912, hd = 256, q_heads = 4, qkv_n = (q_heads + 2) * hd, max_ctx = 2048;
@@ -869,7 +870,8 @@ void bench_layer(cudaStream_t stream) {
     const char* name;
     unsigned skip;  // bit k < 8: leave out the layer's k-th kernel; kNormIn*: a GEMV does the norm before it
   };
-  constexpr unsigned kNormInQkv = 1u << 8, kNormInMlp = 1u << 9, kNormsInGemvs = kNormInQkv | kNormInMlp;
+  constexpr unsigned kNormInQkv = 1u << 8, kNormInMlp = 1u << 9, kNormsInGemvs = kNormInQkv | kNormInMlp,
+                     kHeadNormInAttention = 1u << 10;
   const Variant variants[] = {{"whole layer", 0},
                               {"without norm_add_norm 1", 1u << 0},
                               {"without QKV", 1u << 1},
@@ -883,7 +885,10 @@ void bench_layer(cudaStream_t stream) {
                               {"no GEMVs", 0xd2u},
                               {"norms in the GEMVs", kNormsInGemvs | 0x21u},
                               {"norm 1 in the QKV GEMV", kNormInQkv | 0x1u},
-                              {"norm 2 in the gate/up GEMV", kNormInMlp | 0x20u}};
+                              {"norm 2 in the gate/up GEMV", kNormInMlp | 0x20u},
+                              {"head norm in the attention", kHeadNormInAttention | 0x4u},
+                              {"all fused", kNormsInGemvs | kHeadNormInAttention | 0x25u}};
+  const cuda::AttentionHeadNorm<__nv_bfloat16> head_norm{g, g + hd, 1e-6f, 1.0f, 1e4f, 1.0f, inv_freq.as<float>()};
   for (int64_t window : {512, 0}) {
     for (const Variant& v : variants) {
       const auto run = [&](unsigned k) { return (v.skip & (1u << k)) == 0; };
@@ -911,7 +916,12 @@ void bench_layer(cudaStream_t stream) {
                                                 fused_qkv ? &before_qkv : nullptr));
         }
         if (run(2)) CHECK(cuda::head_norm_rope(parts, 3, pos.ptr, true, 1, hd, 1e-6f, 1.0f, nullptr, stream));
-        if (run(3)) {
+        if (run(3) && (v.skip & kHeadNormInAttention) != 0) {
+          CHECK(cuda::attention_decode_head_norm<__nv_bfloat16>(
+              qkv.as<float>(), qkv.as<float>() + q_heads * hd, qkv.as<float>() + (q_heads + 1) * hd, kc.as<float>(),
+              vc.as<float>(), pos.ptr, true, attn.as<float>(), q_heads, 1, hd, max_ctx, window, 0.0625f, head_norm,
+              partials.as<float>(), kMaxSplitsEngine, nullptr, stream, /*positions_from_host=*/true));
+        } else if (run(3)) {
           CHECK(cuda::attention_decode(qkv_r.as<float>(), qkv_r.as<float>() + q_heads * hd,
                                        qkv_r.as<float>() + (q_heads + 1) * hd, kc.as<float>(), vc.as<float>(), pos.ptr,
                                        true, attn.as<float>(), 1, q_heads, 1, hd, max_ctx, window, 0.0625f,

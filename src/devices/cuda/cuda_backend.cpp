@@ -282,6 +282,9 @@ struct Step {
   // tactic that step reads q and k from the stacked GEMM's output and copies v out of it
   // (no split_columns launch).
   bool stacked_into_head_norm = false;
+  // kHeadNormRope of four nodes (q and k norms, then their ropes) whose rotated q and k are
+  // read only by the next node, an attention, at the ropes' positions. Set on no other step.
+  bool feeds_attention = false;
 };
 
 /// A network's decoder layers as the whole-step decode kernel runs them (match_whole_step):
@@ -364,6 +367,13 @@ bool fusion_enabled() {
 }
 
 // ---- one node ---------------------------------------------------------------------------------------
+
+/// Whether tensor t is a network input: written ahead of the network by no kernel of it (its
+/// first kernel waits for whatever wrote them: run_all), so the decode attention may read
+/// the positions before its wait.
+bool network_input(const Network& net, int32_t t) {
+  return std::any_of(net.inputs.begin(), net.inputs.end(), [&](const ir::InputSpec& s) { return s.tensor == t; });
+}
 
 /// The context's error flag for the kernels (null outside a context: the builder's timing).
 int* fault_flag(const NodeArgs& a) {
@@ -599,15 +609,11 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
       const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
       if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
-        // Positions that are a network input are written by no kernel of the network, and its
-        // first kernel waits for whatever wrote them (run_all).
-        const bool positions_from_host = std::any_of(
-            net.inputs.begin(), net.inputs.end(), [&](const ir::InputSpec& s) { return s.tensor == node.inputs[3]; });
-        return cuda_check(
-            cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
-                                   at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                   static_cast<float*>(a.scratch), kMaxSplits, fault, stream, positions_from_host),
-            "attention (split-KV)");
+        return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
+                                                 at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream,
+                                                 network_input(net, node.inputs[3])),
+                          "attention (split-KV)");
       }
       if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
         return cuda_check(cuda::attention_prefill_mma(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
@@ -652,7 +658,9 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 // The decode step is launch-bound (hundreds of small kernels), so chains of row-local ops
 // run as one kernel each (kernels_fused.cu), decided per network from its structure:
 //   kHeadNormRope: [rms_norm(q, per head), rms_norm(k, per head), rope(q'), rope(k')], or
-//                  one [rms_norm, rope] pair, whose norm outputs feed only their rope
+//                  one [rms_norm, rope] pair, whose norm outputs feed only their rope. When
+//                  the rotated q and k feed only the next node, an attention, a decode
+//                  attention may compute the chain itself (head_norm_into_attention)
 //   kNormAddNorm:  [rms_norm(x), add(residual, x'), rms_norm(sum)] or without the last norm,
 //                  whose first norm output feeds only the add. When the next step's linear
 //                  alone reads the last norm (the next layer's QKV, the MLP's gate and up)
@@ -715,7 +723,11 @@ std::vector<Step> plan_steps(const Network& net) {
     const Node *b = node(i + 1), *c = node(i + 2), *d = node(i + 3);
     if (fuse && head_norm(a) && head_norm(b) && same_norm(*a, *b) && rope_of(*a, c) && rope_of(*b, d) &&
         c->inputs[1] == d->inputs[1]) {
+      const Node* e = node(i + 4);
       steps.push_back({Step::kHeadNormRope, {i, i + 1, i + 2, i + 3}});
+      steps.back().feeds_attention = e != nullptr && e->kind == OpKind::kAttention && only_reader_is(*c, e, 0) &&
+                                     only_reader_is(*d, e, 1) && e->inputs[3] == c->inputs[1] &&
+                                     c->attrs.theta == d->attrs.theta && c->attrs.scale == d->attrs.scale;
       i += 4;
     } else if (fuse && head_norm(a) && rope_of(*a, b)) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1}});
@@ -1117,6 +1129,91 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   });
 }
 
+/// GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION=0 keeps the q / k norms and RoPE a launch of their own
+/// before the decode attention (for measuring what computing them in the attention buys).
+bool head_norm_into_attention_enabled() {
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION");
+  return enabled;
+}
+
+/// Whether the attention after a kHeadNormRope step computes that step itself
+/// (cuda::attention_decode_head_norm): the step's rotated q and k are read only by that
+/// attention (Step::feeds_attention), which runs the split-KV tactic on one token with
+/// head_dim <= kAttentionMaxHeadDim, and its output overlaps none of the projections it reads;
+/// and the launch before, the q / k / v projection, is a one-row GEMV of fewer blocks than
+/// the device has SMs. Measured (docs/PERFORMANCE.md, 2026-12-02): the attention's loads before
+/// its wait, and its clusters' placement, overlap the launch before it only where that launch
+/// leaves SMs free; after a GEMV that fills them (the 1B's QKV, 384 blocks) they land on the
+/// critical path and cost more than the separate launch (+2 us a layer), after one that does
+/// not (the mini's) the step gains ~1.3 us a layer.
+/// The memory plan keeps both steps' tensors apart (launch_group_ends).
+bool head_norm_into_attention(const Network& net, const CudaWeights& weights, const Step* prev, const Step& step,
+                              const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
+  if (!head_norm_into_attention_enabled() || !step.feeds_attention || prev == nullptr || next == nullptr ||
+      prev->kind != Step::kSingle || next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
+      !is_gemv(tactics[prev->nodes[0]])) {
+    return false;
+  }
+  const Node& linear = net.nodes[prev->nodes[0]];
+  if (linear.kind != OpKind::kLinear || linear.outputs.size() > static_cast<size_t>(cuda::kGemvMaxTargets)) {
+    return false;
+  }
+  std::array<int64_t, cuda::kGemvMaxTargets> rows{};
+  for (size_t o = 0; o < linear.outputs.size(); ++o) {
+    rows[o] = net.weights[static_cast<size_t>(linear.weights[o])].dims[0];
+  }
+  const int64_t k = net.weights[static_cast<size_t>(linear.weights[0])].dims[1];
+  const int64_t blocks =
+      cuda::gemv_blocks(rows.data(), static_cast<int>(linear.outputs.size()), k,
+                        static_cast<int64_t>(data_type_size(weights.type[static_cast<size_t>(linear.weights[0])])),
+                        gemv_geometry(tactics[prev->nodes[0]]));
+  if (blocks >= cuda::multiprocessor_count()) return false;
+  const Node& attention = net.nodes[next->nodes[0]];
+  const Dims& q = a.dims[static_cast<size_t>(attention.inputs[0])];
+  if (q[0] * q[1] != 1 || attention.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
+  const auto bytes_of = [&](int32_t t) { return a.dims[static_cast<size_t>(t)].volume() * 4; };
+  const auto apart = [&](int32_t t, int32_t u) {
+    const auto* p = static_cast<const char*>(a.tensors[static_cast<size_t>(t)]);
+    const auto* r = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
+    return p + bytes_of(t) <= r || r + bytes_of(u) <= p;
+  };
+  const int32_t out = attention.outputs[0];
+  return apart(out, net.nodes[step.nodes[0]].inputs[0]) && apart(out, net.nodes[step.nodes[1]].inputs[0]) &&
+         apart(out, attention.inputs[2]);
+}
+
+/// The attention node n computing the q / k norms and RoPE of the kHeadNormRope step before it
+/// (head_norm_into_attention holds): one attention_decode_head_norm launch.
+Status run_attention_head_norm(const Network& net, const CudaWeights& weights, const Step& head_norm, size_t n,
+                               const NodeArgs& a, cudaStream_t stream) {
+  const Node& q_norm = net.nodes[head_norm.nodes[0]];
+  const Node& k_norm = net.nodes[head_norm.nodes[1]];
+  const Node& rope = net.nodes[head_norm.nodes[2]];
+  const Node& node = net.nodes[n];
+  const ir::OpAttrs& at = node.attrs;
+  auto tensor = [&](int32_t t) { return static_cast<float*>(a.tensors[static_cast<size_t>(t)]); };
+  auto weight = [&](const Node& w) { return weights.ptr[static_cast<size_t>(w.weights[0])]; };
+  auto* k_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2]);
+  auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
+  const bool pos_i64 = net.tensors[static_cast<size_t>(node.inputs[3])].dtype == DataType::kI64;
+  return by_weight_type(weights.type[static_cast<size_t>(q_norm.weights[0])], [&](auto tag) -> Status {
+    using W = decltype(tag);
+    const cuda::AttentionHeadNorm<W> norm{static_cast<const W*>(weight(q_norm)),
+                                          static_cast<const W*>(weight(k_norm)),
+                                          q_norm.attrs.eps,
+                                          q_norm.attrs.weight_offset,
+                                          rope.attrs.theta,
+                                          rope.attrs.scale,
+                                          weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
+    return cuda_check(cuda::attention_decode_head_norm<W>(
+                          tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
+                          tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,
+                          net.max_context, at.window, at.scale, norm, static_cast<float*>(a.scratch), kMaxSplits,
+                          fault_flag(a), stream, network_input(net, node.inputs[3])),
+                      "rms_norm + rope + attention (split-KV)");
+  });
+}
+
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
 Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, uint32_t tactic,
                       const NodeArgs& a, cudaStream_t stream, const NormInput* norm = nullptr) {
@@ -1299,7 +1396,8 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
                const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
   bool scratch_input = false;
-  std::optional<NormInput> norm;  // the previous step's norms, for this step's GEMV
+  std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
+  const Step* head_norm = nullptr;  // the previous step (q / k norms and RoPE), for this step's attention
   // The first kernel waits for everything ahead of the network (launch.h): the decode
   // attention reads the positions input before its own wait.
   cuda::launch_next_plainly();
@@ -1327,10 +1425,21 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
       scratch_input = false;
       continue;
     }
+    const Step* head_norm_step = head_norm;
+    head_norm =
+        head_norm_into_attention(net, weights, i > 0 ? &steps[i - 1] : nullptr, step, next, args, launch.tactics)
+            ? &step
+            : nullptr;
+    if (head_norm != nullptr) {
+      scratch_input = false;
+      continue;
+    }
     // The previous step wrote this step's linear input into the scratch.
     const bool input_in_scratch = scratch_input;
     scratch_input = norm_writes_gemm_input(net, weights, step, next, launch.tactics);
-    if (step.kind == Step::kSingle) {
+    if (head_norm_step != nullptr) {
+      s = run_attention_head_norm(net, weights, *head_norm_step, n, args, stream);
+    } else if (step.kind == Step::kSingle) {
       // A stacked QKV linear whose output the next step (the q / k norms and RoPE) reads.
       const bool defer = step.stacked_into_head_norm && is_stacked(launch.tactics[n]);
       const float* stacked = nullptr;
@@ -1898,8 +2007,10 @@ class CudaBackend final : public DeviceBackend {
     const std::vector<Step> steps = plan_steps(net);
     for (size_t i = 0; i < steps.size(); ++i) {
       // A step whose last norm only the next step's linear reads may run inside that linear's
-      // GEMV (norm_into_gemv, decided per launch): its tensors then live through that step.
-      const bool into_next = steps[i].feeds_linear && i + 1 < steps.size();
+      // GEMV (norm_into_gemv), and q / k norms and RoPE only an attention reads inside that
+      // attention (head_norm_into_attention), decided per launch: the step's tensors then live
+      // through the next step.
+      const bool into_next = (steps[i].feeds_linear || steps[i].feeds_attention) && i + 1 < steps.size();
       for (size_t n : steps[i].nodes) ends[n] = (into_next ? steps[i + 1] : steps[i]).nodes.back();
     }
     return ends;

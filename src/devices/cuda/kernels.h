@@ -135,6 +135,12 @@ template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
                  cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
 
+/// Blocks' worth of rows of an aligned one-row gemv / gemv_multi launch over `count` outputs
+/// of n[i] rows of K weights of weight_bytes each (the grid before the resident-block cap).
+int64_t gemv_blocks(const int64_t* n, int count, int64_t K, int64_t weight_bytes, GemvGeometry geometry);
+/// SMs of the device current at the first call (0 if the query fails).
+int multiprocessor_count();
+
 /// One weight of a gemv_multi launch: y [M, n] = x * w[n, K]^T (+ bias[n]).
 template <typename W>
 struct GemvTarget {
@@ -204,6 +210,34 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, int* error_flag, cudaStream_t stream,
                              bool positions_from_host = false);
+
+/// The per-head RMSNorm and RoPE of q and k (head_norm_rope's work) that
+/// attention_decode_head_norm applies itself: q_w, k_w [head_dim] (W) normalize each head
+/// as rms_norm does (eps, offset), then the heads rotate as rope() does (theta,
+/// position_scale; inv_freq [head_dim / 2] in device memory, or null to compute each).
+template <typename W>
+struct AttentionHeadNorm {
+  const W* q_w = nullptr;
+  const W* k_w = nullptr;
+  float eps = 0.0f;
+  float offset = 0.0f;
+  float theta = 0.0f;
+  float position_scale = 1.0f;
+  const float* inv_freq = nullptr;
+};
+/// attention_decode for one token (T = 1) whose q and k_new are the projections before the
+/// per-head norms and RoPE: every block normalizes and rotates the query heads it serves and
+/// the new key itself, as head_norm_rope would (the RMS sums in another order), and the cache
+/// row p receives the rotated key and v_new. Nothing else is written: the result equals
+/// head_norm_rope then attention_decode. k_new, v_new, q_w and k_w must not be null and
+/// head_dim must be even, else cudaErrorInvalidValue; otherwise attention_decode's arguments
+/// and limits.
+template <typename W>
+cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const float* v_new, float* k_cache,
+                                       float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
+                                       const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
+                                       int* error_flag, cudaStream_t stream, bool positions_from_host = false);
 
 /// How many ways attention_prefill splits the keys of each block of 16 query rows: enough
 /// blocks to fill an H200 for short prompts (1 from 512 tokens at 4 heads), at most 8.

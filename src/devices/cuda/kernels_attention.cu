@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels.h"
@@ -51,6 +52,18 @@ struct AttentionArgs {
   // the step, so the kernel reads them, and loads its first keys, before it waits for the
   // previous kernel (launch.h).
   bool keys_before_wait;
+  // Decode with k_new only, else q_w null: q and k_new are the projections before the per-head
+  // RMSNorm and RoPE (AttentionHeadNorm), which every block applies itself to the rows it reads.
+  struct HeadNorm {
+    const void* q_w;
+    const void* k_w;
+    int w_kind;  // the weights' type: 0 f32, 1 bf16, 2 f16
+    float eps;
+    float offset;
+    float theta;
+    float position_scale;
+    const float* inv_freq;  // nullable
+  } norm;
 };
 
 /// The first key a query at position p sees.
@@ -139,13 +152,16 @@ __device__ __forceinline__ void split_range(int64_t p, const AttentionArgs& a, i
 /// The head_dim slice a lane owns: dims 4 * (lane + 32 s) .. + 3 for s < 2 (kVec4), or
 /// dim lane + 32 s for s < 8, of `row` (a K or V row, or a partial's acc row); dims past D,
 /// and every dim when !valid, read as 0 without touching memory.
-template <bool kVec4>
+/// kGlobal: row is global memory that no kernel writes while this one runs (read through the
+/// read-only cache); else any memory (shared included).
+template <bool kVec4, bool kGlobal = true>
 __device__ __forceinline__ void load_slice(const float* row, int D, int lane, float (&f)[kDecodeSlots], bool valid) {
+  const auto read = [](const auto* p) { return kGlobal ? __ldg(p) : *p; };
   if constexpr (kVec4) {
 #pragma unroll
     for (int s = 0; s < kDecodeSlots / 4; ++s) {
       const int d4 = lane + 32 * s;
-      const float4 v = valid && d4 < D / 4 ? __ldg(reinterpret_cast<const float4*>(row) + d4) : make_float4(0, 0, 0, 0);
+      const float4 v = valid && d4 < D / 4 ? read(reinterpret_cast<const float4*>(row) + d4) : make_float4(0, 0, 0, 0);
       f[4 * s] = v.x;
       f[4 * s + 1] = v.y;
       f[4 * s + 2] = v.z;
@@ -155,7 +171,7 @@ __device__ __forceinline__ void load_slice(const float* row, int D, int lane, fl
 #pragma unroll
     for (int s = 0; s < kDecodeSlots; ++s) {
       const int d = lane + 32 * s;
-      f[s] = valid && d < D ? __ldg(row + d) : 0.0f;
+      f[s] = valid && d < D ? read(row + d) : 0.0f;
     }
   }
 }
@@ -164,6 +180,69 @@ __device__ __forceinline__ void load_slice(const float* row, int D, int lane, fl
 template <bool kVec4>
 __device__ __forceinline__ int slice_dim(int lane, int i) {
   return kVec4 ? 4 * (lane + 32 * (i / 4)) + i % 4 : lane + 32 * i;
+}
+
+// ---- decode: the per-head norm and RoPE of q and k ----------------------------------------------
+//
+// head_norm_rope's arithmetic (kernels_fused.cu) on the rows the decode kernel reads: a warp
+// per head, lane l holding rotation pairs i = l + 32 j (dims i and i + head_dim / 2), j < 4.
+
+constexpr int kPairSlots = kMaxD / 2 / 32;
+
+/// Weight i of a norm weight vector of kind w_kind (AttentionArgs::HeadNorm) as f32.
+__device__ __forceinline__ float norm_weight(const void* w, int w_kind, int i) {
+  if (w_kind == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]);
+  if (w_kind == 2) return __half2float(static_cast<const __half*>(w)[i]);
+  return static_cast<const float*>(w)[i];
+}
+
+/// The cos and sin of the rotation angles of the lane's pairs at position p.
+__device__ __forceinline__ void rope_slice(int64_t p, const AttentionArgs::HeadNorm& n, int D, int lane,
+                                           float (&cs)[kPairSlots], float (&sn)[kPairSlots]) {
+#pragma unroll
+  for (int j = 0; j < kPairSlots; ++j) {
+    const int i = lane + 32 * j;
+    cs[j] = 1.0f;
+    sn[j] = 0.0f;
+    if (i < D / 2) {
+      rope_angle_cos_sin(p, n.position_scale, n.inv_freq != nullptr ? n.inv_freq[i] : rope_inv_freq(i, D, n.theta),
+                         &cs[j], &sn[j]);
+    }
+  }
+}
+
+/// y = rope(rms_norm(x, w)) for one head of D (even) dims, by one warp: x in global memory
+/// (written by the previous kernel), y in shared memory; each element as head_norm_rope
+/// computes it (the RMS sum in another order).
+__device__ __forceinline__ void norm_rope_head(const float* x, const void* w, const AttentionArgs::HeadNorm& n, int D,
+                                               int lane, const float (&cs)[kPairSlots], const float (&sn)[kPairSlots],
+                                               float* y) {
+  const int half = D / 2;
+  float xa[kPairSlots];
+  float xb[kPairSlots];
+  float wa[kPairSlots];
+  float wb[kPairSlots];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPairSlots; ++j) {
+    const int i = lane + 32 * j;
+    const bool in = i < half;
+    xa[j] = in ? x[i] : 0.0f;
+    xb[j] = in ? x[i + half] : 0.0f;
+    wa[j] = in ? norm_weight(w, n.w_kind, i) : 0.0f;
+    wb[j] = in ? norm_weight(w, n.w_kind, i + half) : 0.0f;
+    sum += xa[j] * xa[j] + xb[j] * xb[j];
+  }
+  const float inv_rms = inverse_rms(warp_sum(sum), D, n.eps);
+#pragma unroll
+  for (int j = 0; j < kPairSlots; ++j) {
+    const int i = lane + 32 * j;
+    if (i >= half) continue;
+    // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
+    const float na = xa[j] * inv_rms * (wa[j] + n.offset);
+    const float nb = xb[j] * inv_rms * (wb[j] + n.offset);
+    rope_rotate(na, nb, cs[j], sn[j], &y[i], &y[i + half]);
+  }
 }
 
 /// Splits one cluster can combine: H100 / H200 schedule clusters of up to 16 blocks.
@@ -256,6 +335,7 @@ template <int kG, bool kVec4, bool kCluster>
 __global__ void __launch_bounds__(kDecodeThreads)
     attention_decode_split_kernel(const AttentionArgs a, float* partials, int splits) {
   __shared__ __align__(16) float q_s[kG][kMaxD];
+  __shared__ __align__(16) float k_s[kMaxD];  // head norm: key p, normalized and rotated
   __shared__ float acc_s[kG][kMaxD];
   __shared__ float warp_m[kDecodeWarps][kG];
   __shared__ float warp_l[kDecodeWarps][kG];
@@ -281,60 +361,99 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int64_t begin = 0;
   int64_t end = 0;
   split_range(p, a, split, splits, &begin, &end);
+  const bool valid = position_valid(p, a.max_ctx);
+  // Head norm: warp u < kG normalizes and rotates query head head0 + u into q_s[u], warp kG
+  // key p into k_s (warp w takes units w, w + 8, ...). The angles need only the position.
+  const bool normed = a.norm.q_w != nullptr;
+  const int norm_units = normed ? kG + 1 : 0;
+  float cs[kPairSlots];
+  float sn[kPairSlots];
+  if (warp < norm_units) rope_slice(p, a.norm, D, lane, cs, sn);
 
   // A step: the warp's next kDecodeKeysPerStep keys from `base`, K and V rows loaded at once.
   const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
   const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  // Key p's rows: k_new / v_new (written by the previous kernel), or k_s (head norm).
+  const float* k_fresh = a.k_new == nullptr ? nullptr : normed ? k_s : a.k_new + static_cast<int64_t>(kvh) * D;
+  const float* v_fresh = a.v_new == nullptr ? nullptr : a.v_new + static_cast<int64_t>(kvh) * D;
   float kf[kDecodeKeysPerStep][kDecodeSlots];
   float vf[kDecodeKeysPerStep][kDecodeSlots];
-  // Key p comes from k_new / v_new (written by the previous kernel) when `fresh` is allowed.
+  // Key p's rows are read only where `fresh_allowed` (after the wait; with head norm, after
+  // the barrier that publishes k_s); elsewhere they are left 0 for load_fresh below.
   const auto load_step = [&](int64_t base, bool fresh_allowed) {
 #pragma unroll
     for (int b = 0; b < kDecodeKeysPerStep; ++b) {
-      const bool valid = base + b < end;  // invalid rows are not read (they may hold anything)
-      const bool fresh = a.k_new != nullptr && base + b == p;
-      load_slice<kVec4>(fresh ? a.k_new + static_cast<int64_t>(kvh) * D : k_head + (base + b) * kv_width, D, lane,
-                        kf[b], valid && (fresh_allowed || !fresh));
-      load_slice<kVec4>(fresh ? a.v_new + static_cast<int64_t>(kvh) * D : v_head + (base + b) * kv_width, D, lane,
-                        vf[b], valid && (fresh_allowed || !fresh));
+      const bool in = base + b < end;             // rows past the end are not read (they may hold anything)
+      if (a.k_new != nullptr && base + b == p) {  // uniform over the warp
+        load_slice<kVec4, false>(k_fresh, D, lane, kf[b], in && fresh_allowed);
+        load_slice<kVec4>(v_fresh, D, lane, vf[b], in && fresh_allowed);
+      } else {
+        load_slice<kVec4>(k_head + (base + b) * kv_width, D, lane, kf[b], in);
+        load_slice<kVec4>(v_head + (base + b) * kv_width, D, lane, vf[b], in);
+      }
     }
   };
   const int64_t first_base = begin + warp * kDecodeKeysPerStep;
   constexpr int64_t kStepStride = kDecodeThreads / 32 * kDecodeKeysPerStep;
-  if (a.keys_before_wait) {
-    // Every key of the first step but p's, then p's once the kernel that wrote k_new is done.
-    if (first_base < end) load_step(first_base, false);
-    wait_for_prior_kernels();
+  // Key p's rows, where the first step left them out.
+  const auto load_fresh = [&] {
     if (first_base <= p && p < first_base + kDecodeKeysPerStep && p < end) {
       const int b = static_cast<int>(p - first_base);
 #pragma unroll
       for (int i = 0; i < kDecodeKeysPerStep; ++i) {
         if (i == b) {
-          load_slice<kVec4>(a.k_new + static_cast<int64_t>(kvh) * D, D, lane, kf[i], true);
-          load_slice<kVec4>(a.v_new + static_cast<int64_t>(kvh) * D, D, lane, vf[i], true);
+          load_slice<kVec4, false>(k_fresh, D, lane, kf[i], true);
+          load_slice<kVec4>(v_fresh, D, lane, vf[i], true);
         }
       }
     }
-  } else if (first_base < end) {
+  };
+  if (a.keys_before_wait) {
+    // Every key of the first step but p's, then p's once the kernel that wrote k_new is done.
+    if (first_base < end) load_step(first_base, false);
+    wait_for_prior_kernels();
+    if (!normed) load_fresh();
+  } else if (first_base < end && !normed) {
     load_step(first_base, true);
   }
-  if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !position_valid(p, a.max_ctx)) {
+  if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !valid) {
     atomicExch(a.error_flag, 1);
   }
-  // The new row enters the cache here; no block reads cache row p (key p comes from k_new).
-  if (a.k_new != nullptr && split == 0 && static_cast<int>(blockIdx.y) % subgroups == 0 &&
-      position_valid(p, a.max_ctx)) {
+  // The new row enters the cache here (K with head norm after the barrier below); no block
+  // reads cache row p (key p comes from k_new or k_s).
+  const bool writes_row = a.k_new != nullptr && split == 0 && static_cast<int>(blockIdx.y) % subgroups == 0 && valid;
+  if (writes_row) {
     for (int d = tid; d < D; d += kDecodeThreads) {
-      a.k_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = a.k_new[static_cast<int64_t>(kvh) * D + d];
-      a.v_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = a.v_new[static_cast<int64_t>(kvh) * D + d];
+      if (!normed) a.k_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = k_fresh[d];
+      a.v_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = v_fresh[d];
     }
   }
 
-  for (int e = tid; e < kG * D; e += kDecodeThreads) {
-    q_s[e / D][e % D] = a.q[t * q_width + static_cast<int64_t>(head0) * D + e];
-    acc_s[e / D][e % D] = 0.0f;
+  if (normed) {
+    for (int u = warp; u < norm_units; u += kDecodeWarps) {
+      const bool key = u == kG;
+      norm_rope_head(key ? a.k_new + static_cast<int64_t>(kvh) * D : a.q + t * q_width + (head0 + u) * D,
+                     key ? a.norm.k_w : a.norm.q_w, a.norm, D, lane, cs, sn, key ? k_s : q_s[u]);
+    }
+    for (int e = tid; e < kG * D; e += kDecodeThreads) acc_s[e / D][e % D] = 0.0f;
+  } else {
+    for (int e = tid; e < kG * D; e += kDecodeThreads) {
+      q_s[e / D][e % D] = a.q[t * q_width + static_cast<int64_t>(head0) * D + e];
+      acc_s[e / D][e % D] = 0.0f;
+    }
   }
   __syncthreads();
+  if (normed) {
+    if (a.keys_before_wait) {
+      load_fresh();
+    } else if (first_base < end) {
+      load_step(first_base, true);
+    }
+    if (writes_row) {
+      for (int d = tid; d < D; d += kDecodeThreads)
+        a.k_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = k_s[d];
+    }
+  }
 
   float m[kG];
   float l[kG];
@@ -422,7 +541,6 @@ __global__ void __launch_bounds__(kDecodeThreads)
     __syncthreads();
   }
 
-  const bool valid = position_valid(p, a.max_ctx);
   if constexpr (kCluster) {
     combine_in_cluster<kG>(a, a.out + t * q_width + static_cast<int64_t>(head0) * D, valid, splits, acc_s, m_max_s,
                            l_sum_s);
@@ -1402,7 +1520,8 @@ AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cac
                        window,
                        scale,
                        nullptr,
-                       false};
+                       false,
+                       AttentionArgs::HeadNorm{}};
 }
 
 }  // namespace
@@ -1436,11 +1555,13 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
   return T * heads * std::clamp(max_splits, 1, kMaxSplits) * (head_dim + 2);
 }
 
-cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
-                             const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
-                             int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
-                             bool positions_from_host) {
+namespace {
+
+cudaError_t launch_attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache,
+                                    float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
+                                    int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
+                                    float scale, float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                                    bool positions_from_host, const AttentionArgs::HeadNorm& norm) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
       max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr)) {
     return cudaErrorInvalidValue;
@@ -1454,6 +1575,7 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   AttentionArgs a =
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   a.error_flag = error_flag;
+  a.norm = norm;
   if (k_new != nullptr && T == 1) {
     a.k_new = k_new;
     a.v_new = v_new;
@@ -1486,6 +1608,48 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
   if (splits > 1 && !cluster) launch_combine(a, partials, splits, vec4, stream);
   return cudaGetLastError();
 }
+
+template <typename W>
+constexpr int weight_kind() {
+  return std::is_same_v<W, __nv_bfloat16> ? 1 : std::is_same_v<W, __half> ? 2 : 0;
+}
+
+}  // namespace
+
+cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
+                             const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
+                             int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
+                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                             bool positions_from_host) {
+  return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads,
+                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, stream,
+                                 positions_from_host, AttentionArgs::HeadNorm{});
+}
+
+template <typename W>
+cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const float* v_new, float* k_cache,
+                                       float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
+                                       int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
+                                       const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
+                                       int* error_flag, cudaStream_t stream, bool positions_from_host) {
+  if (k_new == nullptr || norm.q_w == nullptr || norm.k_w == nullptr || head_dim % 2 != 0) {
+    return cudaErrorInvalidValue;
+  }
+  const AttentionArgs::HeadNorm n{norm.q_w,    norm.k_w,   weight_kind<W>(),    norm.eps,
+                                  norm.offset, norm.theta, norm.position_scale, norm.inv_freq};
+  return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, 1, heads, kv_heads,
+                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, stream,
+                                 positions_from_host, n);
+}
+
+#define GEARBOX_ATTENTION_DECODE_HEAD_NORM(W)                                                                         \
+  template cudaError_t attention_decode_head_norm<W>(                                                                 \
+      const float*, const float*, const float*, float*, float*, const void*, bool, float*, int64_t, int64_t, int64_t, \
+      int64_t, int64_t, float, const AttentionHeadNorm<W>&, float*, int, int*, cudaStream_t, bool);
+GEARBOX_ATTENTION_DECODE_HEAD_NORM(float)
+GEARBOX_ATTENTION_DECODE_HEAD_NORM(__nv_bfloat16)
+GEARBOX_ATTENTION_DECODE_HEAD_NORM(__half)
+#undef GEARBOX_ATTENTION_DECODE_HEAD_NORM
 
 namespace {
 

@@ -414,12 +414,9 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 /// times the SM count of the device current at the first call (no cap if either query fails).
 template <typename Kernel>
 int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
-  int device = 0;
-  int sms = 0;
+  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
   int per_sm = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
       sms * per_sm < 1) {
     (void)cudaGetLastError();
     return INT64_MAX;
@@ -572,6 +569,21 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;  // nothing writes sum
   launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
   return cudaGetLastError();
+}
+
+int64_t gemv_blocks(const int64_t* n, int count, int64_t K, int64_t weight_bytes, GemvGeometry geometry) {
+  if (n == nullptr || count < 1 || K < 1 || weight_bytes < 1 || 16 % weight_bytes != 0) return 0;
+  const int64_t vec_elems = 16 / weight_bytes;
+  const int tpr = threads_per_row(K % vec_elems == 0 ? K / vec_elems : K, geometry.unroll);
+  const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / tpr) * geometry.rows;
+  int64_t blocks = 0;
+  for (int i = 0; i < count; ++i) blocks += (std::max<int64_t>(n[i], 0) + rows_per_block - 1) / rows_per_block;
+  return blocks;
+}
+
+int multiprocessor_count() {
+  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  return sms;
 }
 
 template <typename W>

@@ -51,20 +51,23 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
+/// An attribute of the device current at the call, or 0 where the query fails (its error
+/// cleared).
+inline int current_device_attribute(cudaDeviceAttr attr) {
+  int device = 0;
+  int value = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return value;
+}
+
 /// Whether this build's sm_90 machine code is what runs on the current device (compute
 /// capability 9.x), so that sm_90-only kernels (griddepcontrol, clusters) may be launched.
 /// Decided once per process, for the device current at the first launch.
 inline bool hopper_code_runs() {
-  static const bool runs = [] {
-    int device = 0;
-    int major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) {
-      (void)cudaGetLastError();
-      return false;
-    }
-    return major == 9;
-  }();
+  static const bool runs = current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9;
   return runs;
 }
 

@@ -24,6 +24,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -900,6 +901,20 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
       << "a negative block cap";
 }
 
+// The grid a one-row GEMV asks for (before the resident-block cap): the 1B's QKV (1024 + 256 +
+// 256 rows of 1152, bf16, r2u2: 128 threads a row, 4 rows a block) and the mini's (320 + 80 +
+// 80 rows of 320: 32 threads a row, 16 rows a block), f32 weights, a K of no whole 16 bytes.
+TEST_F(CudaKernels, GemvBlocksCountsEveryOutputsBlocks) {
+  const int64_t qkv_1b[3] = {1024, 256, 256}, qkv_mini[3] = {320, 80, 80}, one[1] = {1000};
+  EXPECT_EQ(cuda::gemv_blocks(qkv_1b, 3, 1152, 2, {2, 2}), 384);
+  EXPECT_EQ(cuda::gemv_blocks(qkv_1b, 3, 1152, 2, {4, 2}), 192);
+  EXPECT_EQ(cuda::gemv_blocks(qkv_mini, 3, 320, 2, {2, 2}), 20 + 5 + 5);
+  EXPECT_EQ(cuda::gemv_blocks(one, 1, 1152, 4, {2, 2}), 500);  // 288 chunks: 256 threads a row, 2 rows
+  EXPECT_EQ(cuda::gemv_blocks(one, 1, 7, 2, {2, 2}), 63);      // 7 scalars: 32 threads a row, 16 rows
+  EXPECT_EQ(cuda::gemv_blocks(one, 0, 1152, 2, {2, 2}), 0);
+  EXPECT_GT(cuda::multiprocessor_count(), 0);
+}
+
 TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
   const int64_t K = 1152;
   // M = 1 once per geometry, M > 1 with the default.
@@ -1501,6 +1516,165 @@ TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
       }
     }
   }
+}
+
+// attention_decode_head_norm (the q / k norms and RoPE inside the decode attention) against
+// head_norm_rope then attention_decode on the same device: the output, and the caches with the
+// rotated key and v written at row p and every other row untouched. bf16 norm weights for every
+// case, f32 and f16 for the first (the weights are read as the type says, nothing else
+// depends on it); head dims 8, 12, 80 and 256; kG 1, 2 and 8 (64 heads on 8 KV heads: a warp
+// normalizes two heads);
+// one split, a cluster, more splits than a cluster takes; positions that put p in a warp's first
+// step; an uploaded angle table and computed angles; the first keys loaded before the wait or
+// not. The projections are written by a kernel launched right before (NaN until then), and the
+// caches hold NaN at row p: reading either early shows.
+TEST_F(CudaKernels, AttentionDecodeHeadNormEqualsHeadNormRopeThenAttention) {
+  constexpr AttentionCase kCases[] = {{4, 1, 256, 512}, {4, 1, 256, 0}, {4, 2, 80, 3}, {8, 8, 8, 0},
+                                      {4, 2, 12, 5},    {16, 4, 80, 0}, {64, 8, 64, 0}};
+  for (DataType type : kWeightTypes) {
+    for (const AttentionCase& c : kCases) {
+      if (type != DataType::kBF16 && &c != &kCases[0]) continue;
+      for (int64_t p : {0, 2, 33, 700}) {
+        const std::vector<int64_t> pos = {p};
+        const int64_t width = c.kv_heads * c.head_dim, hd = c.head_dim;
+        const std::vector<float> q = random_floats(c.heads * hd, 81, -3.0f, 3.0f);
+        const std::vector<float> k = random_floats(width, 82, -3.0f, 3.0f), v = random_floats(width, 83);
+        const Weights wq = make_weights(type, random_floats(hd, 84)), wk = make_weights(type, random_floats(hd, 85));
+        DeviceBuffer<uint8_t> d_wq(wq.bytes), d_wk(wk.bytes);
+        std::vector<float> kc = make_cache(c, pos, 86), vc = make_cache(c, pos, 87);
+        std::fill_n(kc.begin() + p * width, width, kNaN);
+        std::fill_n(vc.begin() + p * width, width, kNaN);
+        std::vector<float> freq;
+        for (int64_t i = 0; i < hd / 2; ++i) freq.push_back(cpu::rope_inv_freq(1e4f, i, hd));
+        Floats d_freq(freq);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+        for (int max_splits : {1, 16, 64}) {
+          for (bool from_host : {false, true}) {
+            const bool table = max_splits != 16;
+            const std::string what = attention_name("attention_decode_head_norm", c, pos, max_splits) + " " +
+                                     data_type_name(type) + (from_host ? " early keys" : "") +
+                                     (table ? " angle table" : " computed angles");
+            const std::vector<float> nans_q(q.size(), kNaN), nans_kv(static_cast<size_t>(width), kNaN);
+            const std::vector<float> zeros(q.size(), 0.0f);
+            Floats d_q_src(q), d_k_src(k), d_v_src(v), d_zero(zeros);
+            Floats d_q(nans_q), d_k(nans_kv), d_v(nans_kv), d_kc(kc), d_vc(vc), d_kc_want(kc), d_vc_want(vc);
+            Floats q_rot = Floats::poisoned(c.heads * hd), k_rot = Floats::poisoned(width);
+            Floats out = Floats::poisoned(c.heads * hd), want = Floats::poisoned(c.heads * hd);
+            const int64_t floats = cuda::attention_decode_partials_floats(1, c.heads, hd, max_splits);
+            Floats partials = Floats::poisoned(floats), partials_want = Floats::poisoned(floats);
+            Indices d_pos(p % 2 == 0, pos);
+            sync();
+            ASSERT_EQ(
+                cudaSuccess, with_weight_type(type, [&](auto tag) -> cudaError_t {
+                  using W = decltype(tag);
+                  const W* q_w = weight_ptr<W>(d_wq, 0);
+                  const W* k_w = weight_ptr<W>(d_wk, 0);
+                  const float* inv_freq = table ? d_freq.get() : nullptr;
+                  // The unfused chain: head_norm_rope, then the attention of the rotated rows.
+                  const cuda::HeadNormRope<W> parts[2] = {
+                      {d_q_src.get(), q_w, q_rot.get(), c.heads, 1e4f, 1.0f, inv_freq},
+                      {d_k_src.get(), k_w, k_rot.get(), c.kv_heads, 1e4f, 1.0f, inv_freq}};
+                  cudaError_t err =
+                      cuda::head_norm_rope<W>(parts, 2, d_pos.get(), d_pos.i64, 1, hd, 1e-6f, 1.0f, flag(), stream_);
+                  if (err != cudaSuccess) return err;
+                  err =
+                      cuda::attention_decode(q_rot.get(), k_rot.get(), d_v_src.get(), d_kc_want.get(), d_vc_want.get(),
+                                             d_pos.get(), d_pos.i64, want.get(), 1, c.heads, c.kv_heads, hd, kMaxCtx,
+                                             c.window, scale, partials_want.get(), max_splits, flag(), stream_);
+                  if (err != cudaSuccess) return err;
+                  // The fused launch, right behind the kernels that write its inputs.
+                  for (auto [src, dst, n] : {std::tuple{&d_q_src, &d_q, c.heads * hd},
+                                             std::tuple{&d_k_src, &d_k, width}, std::tuple{&d_v_src, &d_v, width}}) {
+                    err = cuda::add(src->get(), d_zero.get(), dst->get(), n, stream_);
+                    if (err != cudaSuccess) return err;
+                  }
+                  const cuda::AttentionHeadNorm<W> norm{q_w, k_w, 1e-6f, 1.0f, 1e4f, 1.0f, inv_freq};
+                  return cuda::attention_decode_head_norm<W>(d_q.get(), d_k.get(), d_v.get(), d_kc.get(), d_vc.get(),
+                                                             d_pos.get(), d_pos.i64, out.get(), c.heads, c.kv_heads, hd,
+                                                             kMaxCtx, c.window, scale, norm, partials.get(), max_splits,
+                                                             flag(), stream_, from_host);
+                }));
+            EXPECT_EQ(take_flag(), 0) << what;
+            EXPECT_TRUE(close(what, out.download(), want.download(), {1e-5, 1e-4})) << what;
+            // The caches: row p holds the rotated key (to the RMS sums' order) and v; every other
+            // row is bit for bit what it was.
+            const std::vector<float> kc_got = d_kc.download(), vc_got = d_vc.download();
+            const std::vector<float> kc_want = d_kc_want.download(), vc_want = d_vc_want.download();
+            const auto row = [&](const std::vector<float>& cache) {
+              return std::vector<float>(cache.begin() + p * width, cache.begin() + (p + 1) * width);
+            };
+            EXPECT_TRUE(close(what + " key row", row(kc_got), row(kc_want), {1e-6, 1e-5}));
+            EXPECT_EQ(row(vc_got), row(vc_want)) << what;
+            size_t differ = 0;
+            for (size_t i = 0; i < kc_got.size(); ++i) {
+              if (static_cast<int64_t>(i) / width == p) continue;
+              const auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
+              differ += !same(kc_got[i], kc[i]) || !same(vc_got[i], vc[i]);
+            }
+            EXPECT_EQ(differ, 0u) << what << ": cache rows other than p changed";
+            EXPECT_TRUE(out.guard_intact() && partials.guard_intact() && d_kc.guard_intact() && d_vc.guard_intact() &&
+                        d_q.guard_intact() && d_k.guard_intact() && d_v.guard_intact())
+                << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Whether a and b hold the same bits (NaN rows included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// A position outside the cache gives NaN rows, writes no cache row and sets the flag, as
+// head_norm_rope then attention_decode do; what the launch cannot serve is rejected.
+TEST_F(CudaKernels, AttentionDecodeHeadNormBadPositionAndBadArguments) {
+  const AttentionCase c = {4, 1, 256, 0};
+  const int64_t hd = c.head_dim, width = c.kv_heads * hd;
+  const std::vector<float> kc = make_cache(c, {5}, 91), vc = make_cache(c, {5}, 92);
+  const Weights w = make_weights(DataType::kBF16, random_floats(hd, 93));
+  DeviceBuffer<uint8_t> d_w(w.bytes);
+  const auto* wp = weight_ptr<__nv_bfloat16>(d_w, 0);
+  const cuda::AttentionHeadNorm<__nv_bfloat16> norm{wp, wp, 1e-6f, 1.0f, 1e4f, 1.0f, nullptr};
+  Floats d_q(random_floats(c.heads * hd, 94)), d_k(random_floats(width, 95)), d_v(random_floats(width, 96));
+  Floats partials = Floats::poisoned(cuda::attention_decode_partials_floats(1, c.heads, hd, 64));
+  const float scale = 1.0f / 16.0f;
+  for (int64_t p : {int64_t{-1}, kMaxCtx}) {
+    for (bool from_host : {false, true}) {
+      Floats d_kc(kc), d_vc(vc);
+      Floats out = Floats::poisoned(c.heads * hd);
+      Indices d_pos(true, {p});
+      ASSERT_EQ(cudaSuccess,
+                cuda::attention_decode_head_norm<__nv_bfloat16>(
+                    d_q.get(), d_k.get(), d_v.get(), d_kc.get(), d_vc.get(), d_pos.get(), true, out.get(), c.heads,
+                    c.kv_heads, hd, kMaxCtx, c.window, scale, norm, partials.get(), 64, flag(), stream_, from_host));
+      EXPECT_EQ(take_flag(), 1) << "position " << p;
+      const std::vector<float> got = out.download();
+      EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isnan(x); })) << "position " << p;
+      EXPECT_TRUE(same_bits(d_kc.download(), kc)) << "position " << p << ": the key cache changed";
+      EXPECT_TRUE(same_bits(d_vc.download(), vc)) << "position " << p << ": the value cache changed";
+    }
+  }
+  Floats d_kc(kc), d_vc(vc);
+  Floats out = Floats::poisoned(c.heads * hd);
+  Indices d_pos(true, {5});
+  const auto launch = [&](const float* k, int64_t head_dim, const cuda::AttentionHeadNorm<__nv_bfloat16>& n) {
+    return cuda::attention_decode_head_norm<__nv_bfloat16>(d_q.get(), k, d_v.get(), d_kc.get(), d_vc.get(), d_pos.get(),
+                                                           true, out.get(), c.heads, c.kv_heads, head_dim, kMaxCtx, 0,
+                                                           scale, n, partials.get(), 64, flag(), stream_);
+  };
+  cuda::AttentionHeadNorm<__nv_bfloat16> no_q = norm, no_k = norm;
+  no_q.q_w = nullptr;
+  no_k.k_w = nullptr;
+  EXPECT_EQ(launch(nullptr, hd, norm), cudaErrorInvalidValue) << "no new key";
+  EXPECT_EQ(launch(d_k.get(), 255, norm), cudaErrorInvalidValue) << "odd head_dim";
+  EXPECT_EQ(launch(d_k.get(), 512, norm), cudaErrorInvalidValue) << "head_dim past the attention's limit";
+  EXPECT_EQ(launch(d_k.get(), hd, no_q), cudaErrorInvalidValue) << "no q norm weights";
+  EXPECT_EQ(launch(d_k.get(), hd, no_k), cudaErrorInvalidValue) << "no k norm weights";
+  sync();
+  EXPECT_TRUE(same_bits(d_kc.download(), kc)) << "a rejected launch wrote the cache";
+  EXPECT_EQ(take_flag(), 0);
 }
 
 TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
