@@ -245,6 +245,10 @@ __device__ __forceinline__ void norm_rope_head(const float* x, const void* w, co
   }
 }
 
+/// Query heads a block may serve for its warps to merge through a slot each in shared memory
+/// (8 warps x kG x 1 KB); more merge one warp after the other (static shared memory is 48 KB).
+constexpr int kSlotMergeMaxG = 4;
+
 /// Splits one cluster can combine: H100 / H200 schedule clusters of up to 16 blocks.
 constexpr int kMaxClusterSplits = 16;
 
@@ -525,20 +529,46 @@ __global__ void __launch_bounds__(kDecodeThreads)
     m_max_s[tid] = mm;
     l_sum_s[tid] = ls;
   }
-  __syncthreads();
-  for (int w = 0; w < kDecodeWarps; ++w) {  // in warp order: the sums are deterministic
-    if (warp == w) {
+  if constexpr (kG <= kSlotMergeMaxG) {
+    // Each warp writes its weighted sums to a slot of its own (its max over the warps taken as
+    // above), then each output adds the slots in warp order: deterministic, and two barriers
+    // where merging one warp after the other takes eight.
+    __shared__ float slot_s[kDecodeWarps][kG][kMaxD];
 #pragma unroll
-      for (int g = 0; g < kG; ++g) {
-        const float weight = m[g] == -CUDART_INF_F ? 0.0f : exp2f(m[g] - m_max_s[g]);
+    for (int g = 0; g < kG; ++g) {
+      float mm = -CUDART_INF_F;
+      for (int w = 0; w < kDecodeWarps; ++w) mm = fmaxf(mm, warp_m[w][g]);
+      const float weight = m[g] == -CUDART_INF_F ? 0.0f : exp2f(m[g] - mm);
 #pragma unroll
-        for (int i = 0; i < kDecodeSlots; ++i) {
-          const int d = slice_dim<kVec4>(lane, i);
-          if (d < D) acc_s[g][d] += weight * acc[g][i];
-        }
+      for (int i = 0; i < kDecodeSlots; ++i) {
+        const int d = slice_dim<kVec4>(lane, i);
+        if (d < D) slot_s[warp][g][d] = weight * acc[g][i];
       }
     }
+    __syncthreads();  // also publishes m_max_s and l_sum_s
+    for (int e = tid; e < kG * D; e += kDecodeThreads) {
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kDecodeWarps; ++w) sum += slot_s[w][e / D][e % D];
+      acc_s[e / D][e % D] = sum;
+    }
     __syncthreads();
+  } else {
+    __syncthreads();
+    for (int w = 0; w < kDecodeWarps; ++w) {  // in warp order: the sums are deterministic
+      if (warp == w) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g) {
+          const float weight = m[g] == -CUDART_INF_F ? 0.0f : exp2f(m[g] - m_max_s[g]);
+#pragma unroll
+          for (int i = 0; i < kDecodeSlots; ++i) {
+            const int d = slice_dim<kVec4>(lane, i);
+            if (d < D) acc_s[g][d] += weight * acc[g][i];
+          }
+        }
+      }
+      __syncthreads();
+    }
   }
 
   if constexpr (kCluster) {
