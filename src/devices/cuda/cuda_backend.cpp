@@ -375,6 +375,16 @@ bool network_input(const Network& net, int32_t t) {
   return std::any_of(net.inputs.begin(), net.inputs.end(), [&](const ir::InputSpec& s) { return s.tensor == t; });
 }
 
+/// Whether f32 tensors t and u of a launch share no byte (a fused launch that reads one while
+/// it writes the other needs them apart: the memory plan keeps them so, bound tensors are
+/// checked with this).
+bool tensors_apart(const NodeArgs& a, int32_t t, int32_t u) {
+  const auto bytes_of = [&](int32_t v) { return a.dims[static_cast<size_t>(v)].volume() * 4; };
+  const auto* p = static_cast<const char*>(a.tensors[static_cast<size_t>(t)]);
+  const auto* q = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
+  return p + bytes_of(t) <= q || q + bytes_of(u) <= p;
+}
+
 /// The context's error flag for the kernels (null outside a context: the builder's timing).
 int* fault_flag(const NodeArgs& a) {
   const auto* state = static_cast<const CudaContextState*>(a.context);
@@ -1171,15 +1181,9 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
   const Node& attention = net.nodes[next->nodes[0]];
   const Dims& q = a.dims[static_cast<size_t>(attention.inputs[0])];
   if (q[0] * q[1] != 1 || attention.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
-  const auto bytes_of = [&](int32_t t) { return a.dims[static_cast<size_t>(t)].volume() * 4; };
-  const auto apart = [&](int32_t t, int32_t u) {
-    const auto* p = static_cast<const char*>(a.tensors[static_cast<size_t>(t)]);
-    const auto* r = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
-    return p + bytes_of(t) <= r || r + bytes_of(u) <= p;
-  };
   const int32_t out = attention.outputs[0];
-  return apart(out, net.nodes[step.nodes[0]].inputs[0]) && apart(out, net.nodes[step.nodes[1]].inputs[0]) &&
-         apart(out, attention.inputs[2]);
+  return tensors_apart(a, out, net.nodes[step.nodes[0]].inputs[0]) &&
+         tensors_apart(a, out, net.nodes[step.nodes[1]].inputs[0]) && tensors_apart(a, out, attention.inputs[2]);
 }
 
 /// The attention node n computing the q / k norms and RoPE of the kHeadNormRope step before it
@@ -1368,23 +1372,17 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
     return std::nullopt;
   }
   // Every block reads x and residual while block 0 writes sum and the others their outputs:
-  // none may overlap (the memory plan keeps them apart; bound tensors are checked here).
-  const auto bytes_of = [&](int32_t t) { return a.dims[static_cast<size_t>(t)].volume() * 4; };
-  const auto apart = [&](int32_t t, int32_t u) {
-    const auto* p = static_cast<const char*>(a.tensors[static_cast<size_t>(t)]);
-    const auto* q = static_cast<const char*>(a.tensors[static_cast<size_t>(u)]);
-    return p + bytes_of(t) <= q || q + bytes_of(u) <= p;
-  };
+  // none may overlap.
   const Node& writer = next->kind == Step::kGatedLinear ? net.nodes[next->nodes[1]] : linear;
   std::array<int32_t, 1 + cuda::kGemvMaxTargets> written{add.outputs[0]};
   const size_t count = 1 + writer.outputs.size();  // <= kGemvMaxTargets outputs (checked above)
   std::copy(writer.outputs.begin(), writer.outputs.end(), written.begin() + 1);
   for (size_t w = 0; w < count; ++w) {
     for (int32_t read : {first.inputs[0], residual}) {
-      if (!apart(written[w], read)) return std::nullopt;
+      if (!tensors_apart(a, written[w], read)) return std::nullopt;
     }
     for (size_t v = w + 1; v < count; ++v) {
-      if (!apart(written[w], written[v])) return std::nullopt;
+      if (!tensors_apart(a, written[w], written[v])) return std::nullopt;
     }
   }
   return in;

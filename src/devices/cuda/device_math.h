@@ -111,6 +111,14 @@ __device__ __forceinline__ void rope_rotate(float a, float b, float c, float s, 
   *yb = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
+/// A rotation pair (a, b) of a head normalized as rms_norm does (x * inv_rms * (w + offset),
+/// the weights as f32), then rotated as rope() does: head_norm_rope's arithmetic, which every
+/// kernel that computes the q / k norms and RoPE shares so that none depends on which ran.
+__device__ __forceinline__ void norm_rotate(float a, float b, float inv_rms, float w_a, float w_b, float offset,
+                                            float c, float s, float* ya, float* yb) {
+  rope_rotate(a * inv_rms * (w_a + offset), b * inv_rms * (w_b + offset), c, s, ya, yb);
+}
+
 /// gelu_tanh(g) * u and silu(g) * u, as the CPU kernels compute them (CUDA's tanhf, expf).
 __device__ __forceinline__ float gelu_tanh_times(float g, float u) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;

@@ -191,8 +191,8 @@ constexpr int kPairSlots = kMaxD / 2 / 32;
 
 /// Weight i of a norm weight vector of kind w_kind (AttentionArgs::HeadNorm) as f32.
 __device__ __forceinline__ float norm_weight(const void* w, int w_kind, int i) {
-  if (w_kind == 1) return __bfloat162float(static_cast<const __nv_bfloat16*>(w)[i]);
-  if (w_kind == 2) return __half2float(static_cast<const __half*>(w)[i]);
+  if (w_kind == 1) return to_f32(static_cast<const __nv_bfloat16*>(w)[i]);
+  if (w_kind == 2) return to_f32(static_cast<const __half*>(w)[i]);
   return static_cast<const float*>(w)[i];
 }
 
@@ -237,11 +237,7 @@ __device__ __forceinline__ void norm_rope_head(const float* x, const void* w, co
 #pragma unroll
   for (int j = 0; j < kPairSlots; ++j) {
     const int i = lane + 32 * j;
-    if (i >= half) continue;
-    // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
-    const float na = xa[j] * inv_rms * (wa[j] + n.offset);
-    const float nb = xb[j] * inv_rms * (wb[j] + n.offset);
-    rope_rotate(na, nb, cs[j], sn[j], &y[i], &y[i + half]);
+    if (i < half) norm_rotate(xa[j], xb[j], inv_rms, wa[j], wb[j], n.offset, cs[j], sn[j], &y[i], &y[i + half]);
   }
 }
 

@@ -500,9 +500,7 @@ __device__ __forceinline__ void norm_rope_row(float* row, const float* src, cons
   for (int i = lane; i < half; i += 32) {
     float cs = 0.0f, sn = 0.0f;
     rope_angle_cos_sin(p, position_scale, inv_freq[i], &cs, &sn);
-    const float a = row[i] * inv * (to_f32(w[i]) + offset);
-    const float b = row[i + half] * inv * (to_f32(w[i + half]) + offset);
-    rope_rotate(a, b, cs, sn, &row[i], &row[i + half]);
+    norm_rotate(row[i], row[i + half], inv, to_f32(w[i]), to_f32(w[i + half]), offset, cs, sn, &row[i], &row[i + half]);
   }
   __syncwarp();
 }

@@ -87,10 +87,7 @@ __global__ void __launch_bounds__(kHeadThreads)
     float sn = 0.0f;
     const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
     rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
-    // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
-    const float a = x[i] * inv_rms * (to_f32(P.w[i]) + offset);
-    const float b = x[i + half] * inv_rms * (to_f32(P.w[i + half]) + offset);
-    rope_rotate(a, b, cs, sn, &y[i], &y[i + half]);
+    norm_rotate(x[i], x[i + half], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &y[i], &y[i + half]);
   }
 }
 
@@ -166,10 +163,7 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
       float sn = 0.0f;
       const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
       rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
-      // The norm as rms_norm computes it, rounded to f32, then the rotation as rope().
-      const float na = av[e] * inv_rms * (to_f32(P.w[i]) + offset);
-      const float nb = bv[e] * inv_rms * (to_f32(P.w[i + half]) + offset);
-      rope_rotate(na, nb, cs, sn, &ya[e], &yb[e]);
+      norm_rotate(av[e], bv[e], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &ya[e], &yb[e]);
     }
     reinterpret_cast<float4*>(y)[q] = make_float4(ya[0], ya[1], ya[2], ya[3]);
     reinterpret_cast<float4*>(y + half)[q] = make_float4(yb[0], yb[1], yb[2], yb[3]);
