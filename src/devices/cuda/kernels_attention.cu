@@ -435,12 +435,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
       norm_rope_head(key ? a.k_new + static_cast<int64_t>(kvh) * D : a.q + t * q_width + (head0 + u) * D,
                      key ? a.norm.k_w : a.norm.q_w, a.norm, D, lane, cs, sn, key ? k_s : q_s[u]);
     }
-    for (int e = tid; e < kG * D; e += kDecodeThreads) acc_s[e / D][e % D] = 0.0f;
   } else {
     for (int e = tid; e < kG * D; e += kDecodeThreads) {
       q_s[e / D][e % D] = a.q[t * q_width + static_cast<int64_t>(head0) * D + e];
-      acc_s[e / D][e % D] = 0.0f;
     }
+  }
+  if constexpr (kG > kSlotMergeMaxG) {  // the warps add into acc_s; the slot merge overwrites it
+    for (int e = tid; e < kG * D; e += kDecodeThreads) acc_s[e / D][e % D] = 0.0f;
   }
   __syncthreads();
   if (normed) {

@@ -414,7 +414,7 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 /// times the SM count of the device current at the first call (no cap if either query fails).
 template <typename Kernel>
 int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
-  const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
+  const int sms = multiprocessor_count();
   int per_sm = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
       sms * per_sm < 1) {
