@@ -860,7 +860,6 @@ void bench_layer(cudaStream_t stream) {
   fill_f32(h.as<float>(), H, 15);
   fill_f32(res.as<float>(), H, 16);
   const auto* g = norms.as<__nv_bfloat16>();
-  const cuda::GemvGeometry r2u2{2, 2}, r2u8{2, 8};
   const cuda::HeadNormRope<__nv_bfloat16> parts[3] = {
       {qkv.as<float>(), g, qkv_r.as<float>(), q_heads, 1e4f, 1.0f, inv_freq.as<float>(), qkv_n},
       {qkv.as<float>() + q_heads * hd, g + hd, qkv_r.as<float>() + q_heads * hd, 1, 1e4f, 1.0f, inv_freq.as<float>(),
@@ -869,6 +868,8 @@ void bench_layer(cudaStream_t stream) {
   struct Variant {
     const char* name;
     unsigned skip;  // bit k < 8: leave out the layer's k-th kernel; kNormIn*: a GEMV does the norm before it
+    // The GEMVs' geometries (the 1B engine's usual picks by default): QKV, O, gate/up, down.
+    cuda::GemvGeometry qkv = {2, 2}, o = {2, 2}, gate_up = {2, 8}, down = {2, 2};
   };
   constexpr unsigned kNormInQkv = 1u << 8, kNormInMlp = 1u << 9, kNormsInGemvs = kNormInQkv | kNormInMlp,
                      kHeadNormInAttention = 1u << 10;
@@ -887,7 +888,18 @@ void bench_layer(cudaStream_t stream) {
                               {"norm 1 in the QKV GEMV", kNormInQkv | 0x1u},
                               {"norm 2 in the gate/up GEMV", kNormInMlp | 0x20u},
                               {"head norm in the attention", kHeadNormInAttention | 0x4u},
-                              {"all fused", kNormsInGemvs | kHeadNormInAttention | 0x25u}};
+                              {"all fused", kNormsInGemvs | kHeadNormInAttention | 0x25u},
+                              // Norms in the GEMVs with one GEMV on another geometry: how much the
+                              // chain's ranking of geometries differs from each GEMV's alone.
+                              {"norms in GEMVs, QKV r4u2", kNormsInGemvs | 0x21u, {4, 2}},
+                              {"norms in GEMVs, QKV r2u4", kNormsInGemvs | 0x21u, {2, 4}},
+                              {"norms in GEMVs, O r4u2", kNormsInGemvs | 0x21u, {2, 2}, {4, 2}},
+                              {"norms in GEMVs, O r8u2", kNormsInGemvs | 0x21u, {2, 2}, {8, 2}},
+                              {"norms in GEMVs, gate/up r2u4", kNormsInGemvs | 0x21u, {2, 2}, {2, 2}, {2, 4}},
+                              {"norms in GEMVs, gate/up r4u2", kNormsInGemvs | 0x21u, {2, 2}, {2, 2}, {4, 2}},
+                              {"norms in GEMVs, down r4u2", kNormsInGemvs | 0x21u, {2, 2}, {2, 2}, {2, 8}, {4, 2}},
+                              {"norms in GEMVs, down r8u2", kNormsInGemvs | 0x21u, {2, 2}, {2, 2}, {2, 8}, {8, 2}},
+                              {"norms in GEMVs, down r4u4", kNormsInGemvs | 0x21u, {2, 2}, {2, 2}, {2, 8}, {4, 4}}};
   const cuda::AttentionHeadNorm<__nv_bfloat16> head_norm{g, g + hd, 1e-6f, 1.0f, 1e4f, 1.0f, inv_freq.as<float>()};
   for (int64_t window : {512, 0}) {
     for (const Variant& v : variants) {
@@ -912,7 +924,7 @@ void bench_layer(cudaStream_t stream) {
               {qkv_wt, nullptr, qkv.as<float>(), q_heads * hd},
               {qkv_wt + q_heads * hd * H, nullptr, qkv.as<float>() + q_heads * hd, hd},
               {qkv_wt + (q_heads + 1) * hd * H, nullptr, qkv.as<float>() + (q_heads + 1) * hd, hd}};
-          CHECK(cuda::gemv_multi<__nv_bfloat16>(xn.as<float>(), targets, 3, 1, H, stream, r2u2, 0,
+          CHECK(cuda::gemv_multi<__nv_bfloat16>(xn.as<float>(), targets, 3, 1, H, stream, v.qkv, 0,
                                                 fused_qkv ? &before_qkv : nullptr));
         }
         if (run(2)) CHECK(cuda::head_norm_rope(parts, 3, pos.ptr, true, 1, hd, 1e-6f, 1.0f, nullptr, stream));
@@ -930,7 +942,7 @@ void bench_layer(cudaStream_t stream) {
         }
         if (run(4)) {
           CHECK(cuda::gemv<__nv_bfloat16>(attn.as<float>(), o_wt, nullptr, h.as<float>(), 1, H, q_heads * hd, stream,
-                                          r2u2));
+                                          v.o));
         }
         if (run(5)) {
           CHECK(cuda::norm_add_norm(h.as<float>(), g + 2 * H, res.as<float>(), res.as<float>(), g + 3 * H,
@@ -939,10 +951,10 @@ void bench_layer(cudaStream_t stream) {
         if (run(6)) {
           CHECK(cuda::gemv_gated<__nv_bfloat16>(xn.as<float>(), gate_wt, gate_wt + I * H, nullptr, nullptr,
                                                 cuda::GatedActivation::kGeluTanh, act.as<float>(), 1, I, H, stream,
-                                                r2u8, 0, fused_mlp ? &before_mlp : nullptr));
+                                                v.gate_up, 0, fused_mlp ? &before_mlp : nullptr));
         }
         if (run(7)) {
-          CHECK(cuda::gemv<__nv_bfloat16>(act.as<float>(), down_wt, nullptr, h.as<float>(), 1, H, I, stream, r2u2));
+          CHECK(cuda::gemv<__nv_bfloat16>(act.as<float>(), down_wt, nullptr, h.as<float>(), 1, H, I, stream, v.down));
         }
       });
       print(std::string(window > 0 ? "sliding layer, " : "global layer, ") + v.name, t, layer_w * 2.0, 1e3, "GB/s");
