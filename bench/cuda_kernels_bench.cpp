@@ -11,8 +11,8 @@
 // and net of that floor, which is closer to what a launch costs inside a decode graph.
 //
 //   cuda_kernels_bench            # all groups
-//   cuda_kernels_bench gemv       # one group: gemv | attention | prefill | gemm | qkv | gate_up |
-//                                 #            rows | decode_layers | graph_launch | layer
+//   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |
+//                                 #            gate_up | rows | decode_layers | graph_launch | layer
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -244,6 +244,40 @@ void bench_gemv(cudaStream_t stream) {
             "GB/s");
     }
   }
+}
+
+/// The 1B's logits (lm_head 262144 x 1152, one row) brought to page-locked host memory: into
+/// device memory and copied after (how a host output goes when a cuBLASLt GEMM writes it), or
+/// stored there by the GEMV itself (DeviceBackend::writes_output_to_host), per geometry.
+void bench_host_out(cudaStream_t stream) {
+  std::printf("\n== the lm_head's logits into page-locked host memory, bf16, M = 1 (bytes: weights) ==\n");
+  const int64_t N = 262144, K = 1152, w_bytes = N * K * 2;
+  const int copies = copies_for(w_bytes);
+  DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(K) * 4), y(static_cast<size_t>(N) * 4);
+  fill_bf16(w.as<__nv_bfloat16>(), N * K * copies, 1);
+  fill_f32(x.as<float>(), K, 2);
+  float* host = nullptr;
+  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), static_cast<size_t>(N) * 4, cudaHostAllocDefault));
+  for (const cuda::GemvGeometry g : geometries(1)) {
+    const auto launch = [&](int i, float* out) {
+      CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * N * K, nullptr, out, 1, N,
+                                      K, stream, g));
+    };
+    const std::string name = "lm_head " + geometry_name(g);
+    print(name + " into device memory", time_launches(stream, copies, [&](int i) { launch(i, y.as<float>()); }),
+          static_cast<double>(w_bytes), 1e3, "GB/s");
+    print(name + " + copy to host",
+          time_launches(stream, copies,
+                        [&](int i) {
+                          launch(i, y.as<float>());
+                          CHECK(cudaMemcpyAsync(host, y.as<float>(), static_cast<size_t>(N) * 4, cudaMemcpyDeviceToHost,
+                                                stream));
+                        }),
+          static_cast<double>(w_bytes), 1e3, "GB/s");
+    print(name + " storing to host", time_launches(stream, copies, [&](int i) { launch(i, host); }),
+          static_cast<double>(w_bytes), 1e3, "GB/s");
+  }
+  CHECK(cudaFreeHost(host));
 }
 
 // ---- attention decode ---------------------------------------------------------------------------
@@ -981,6 +1015,7 @@ int main(int argc, char** argv) {
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   measure_floor(stream);
   if (only.empty() || only == "gemv") bench_gemv(stream);
+  if (only.empty() || only == "host_out") bench_host_out(stream);
   if (only.empty() || only == "attention") bench_attention(stream);
   if (only.empty() || only == "prefill") bench_attention_prefill(stream);
   if (only.empty() || only == "gemm") bench_gemm(stream);

@@ -126,6 +126,21 @@ class DeviceBackend {
     (void)p, (void)bytes;
     return false;
   }
+  /// Whether this device's kernels can store into host memory [p, p + bytes) at those same
+  /// addresses (page-locked and mapped into the device's address space). Default: false.
+  virtual bool mapped_for_kernels(const void* p, int64_t bytes) const {
+    (void)p, (void)bytes;
+    return false;
+  }
+  /// Whether the kernels that `tactics` choose for `net` may write network output `output`
+  /// (an index into net.outputs) straight into memory that mapped_for_kernels accepts, so
+  /// that the output crosses to the host on the kernel's own stores, overlapped with its
+  /// work, instead of by a copy after the network: the one kernel that writes it stores each
+  /// element once and none reads it. The default: false.
+  virtual bool writes_output_to_host(const ir::Network& net, std::span<const uint32_t> tactics, size_t output) const {
+    (void)net, (void)tactics, (void)output;
+    return false;
+  }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.

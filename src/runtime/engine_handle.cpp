@@ -45,6 +45,16 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
     h->staging_.push_back(std::move(*buf));
   }
   h->pinned_.resize(bindings);
+  const size_t outputs = h->engine_->outputs().size();
+  h->writes_to_host_.resize(static_cast<size_t>(h->table_.size()));
+  for (int32_t p = 0; p < h->table_.size(); ++p) {
+    for (size_t o = 0; o < outputs; ++o) {
+      h->writes_to_host_[static_cast<size_t>(p)].push_back(
+          h->engine_->device().writes_output_to_host(h->engine_->network(), h->engine_->tactics(p), o));
+    }
+  }
+  h->last_host_output_.resize(outputs, nullptr);
+  h->host_route_.resize(outputs, -1);
   return h;
 }
 
@@ -236,13 +246,15 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     void* address = inputs[i].memory == MemoryKind::kHost ? staging_[i].get() : inputs[i].data;
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
-  // A host output: the caller's memory, its bytes, its binding, and the page-locked buffer
-  // it lands in first (null: copied straight into the caller's memory).
+  // A host output: the caller's memory, its bytes, its binding, the page-locked buffer it
+  // lands in first (null: straight into the caller's memory), and whether the kernels write
+  // it there themselves (else a copy after the network does).
   struct HostCopy {
     void* dst;
     int64_t bytes;
     size_t binding;
     void* landed = nullptr;
+    bool by_kernels = false;
   };
   std::vector<HostCopy> host_copies;
   host_copies.reserve(outputs.size());
@@ -253,8 +265,38 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
     void* address = *target;
     if (outputs[o].memory == MemoryKind::kHost) {
-      host_copies.push_back({address, ir::tensor_bytes(*shape, outputs[o].dtype), n_in + o});
+      HostCopy c{address, ir::tensor_bytes(*shape, outputs[o].dtype), n_in + o};
       address = staging_[n_in + o].get();
+      // Where the device's kernels can store the output into mapped host memory, they do:
+      // into the caller's own memory when it is mapped and the same as at the last call
+      // (a new address would make a captured graph be captured again, so a caller that
+      // alternates buffers keeps the copy), else into the session's page-locked staging
+      // when the caller's memory is pageable.
+      if (writes_to_host_[static_cast<size_t>(sel.profile)][o] && c.bytes > 0) {
+        const DeviceBackend& device = engine_->device();
+        if (c.dst == last_host_output_[o] && device.mapped_for_kernels(c.dst, c.bytes)) {
+          c.by_kernels = true;
+          address = c.dst;
+        } else if (!device.page_locked(c.dst, c.bytes)) {
+          if (void* pinned = pinned_staging(c.binding, c.bytes);
+              pinned != nullptr && device.mapped_for_kernels(pinned, c.bytes)) {
+            c.by_kernels = true;
+            c.landed = pinned;
+            address = pinned;
+          }
+        }
+      }
+      last_host_output_[o] = c.dst;
+      const int route = c.by_kernels ? (c.landed != nullptr ? 2 : 1) : 0;
+      if (route != host_route_[o]) {
+        static constexpr const char* kRoutes[] = {"a copy after the network",
+                                                  "the kernels' stores into the caller's memory",
+                                                  "the kernels' stores into page-locked staging"};
+        GEARBOX_LOG(kDebug, "output '%s' reaches host memory by %s", engine_->outputs()[o].name.c_str(),
+                    kRoutes[route]);
+        host_route_[o] = route;
+      }
+      host_copies.push_back(c);
     }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
   }
@@ -287,10 +329,12 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (ran_profile != nullptr) *ran_profile = sel.profile;
     return {};
   }
-  // Each host output lands in page-locked memory (a DMA at full link speed): the caller's
-  // own where it is page-locked (Engine::allocate_host), else the session's, copied to the
-  // caller's after the drain; without either, straight into the caller's memory.
+  // Each host output the kernels did not write lands in page-locked memory (a DMA at full
+  // link speed): the caller's own where it is page-locked (Engine::allocate_host), else the
+  // session's, copied to the caller's after the drain; without either, straight into the
+  // caller's memory.
   for (HostCopy& c : host_copies) {
+    if (c.by_kernels) continue;
     c.landed = engine_->device().page_locked(c.dst, c.bytes) ? nullptr : pinned_staging(c.binding, c.bytes);
     // The network is in flight: never return with it untracked.
     Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst, staging_[c.binding].get(),

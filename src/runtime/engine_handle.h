@@ -10,7 +10,7 @@
 //   5 validate the inputs against it (and token ids / positions against the model)
 //   6 switch only when the profile changed; mark in-flight right after the switch
 //   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
-//     through staging buffers)
+//     through staging buffers, or written by the kernels where the device can: see execute)
 //   8 copy host inputs in (through page-locked host memory where the device has it), enqueue
 //   9 host outputs: copy back, drain and report a bad device-resident input the kernels met
 //     (DeviceBackend::take_input_fault); otherwise record the in-flight event and return
@@ -86,6 +86,11 @@ class EngineHandle {
   };
   std::vector<Pinned> pinned_;  // per binding, allocated at its first host-memory use
   bool pinned_unavailable_ = false;
+  // Per profile, per output: the device's kernels may write it straight into mapped host
+  // memory (DeviceBackend::writes_output_to_host).
+  std::vector<std::vector<bool>> writes_to_host_;
+  std::vector<const void*> last_host_output_;  // per output: the caller's memory at its last host-memory call
+  std::vector<int> host_route_;  // per output: how it reached host memory last (for a debug line when that changes)
 };
 
 }  // namespace gearbox::internal

@@ -478,6 +478,152 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
   EXPECT_EQ(cuda.engine.allocate_host(-1).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Where the device allows it (DeviceBackend::writes_output_to_host: the logits come from a
+// GEMV that no kernel reads back), a call's host logits are the GEMV's own stores: into the
+// caller's page-locked memory when it is the memory of the caller's previous call (a new
+// address keeps the copy, so that a caller alternating buffers does not make the decode
+// graph be captured again), into the session's page-locked staging for pageable memory.
+// Every route gives the bytes a device output gets, inside the view only; a cuBLASLt logits
+// linear keeps the copy.
+TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(device.ok());
+  const internal::DeviceBackend& dev = **device;
+  models::Gemma3Config c = tiny_config();
+  c.dtype = DataType::kBF16;
+  models::RandomWeights random(11);
+  Result<models::BuiltModel> model = models::build_gemma3(c, random);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const ir::Network& net = model->network;
+  internal::BuildOptions options;
+  options.device = DeviceKind::kCuda;
+  Result<format::EngineDesc> desc = internal::build_engine(net, decode_prefill_profiles(32), model->payload, options);
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  size_t head = net.nodes.size();
+  for (size_t n = 0; n < net.nodes.size(); ++n) {
+    if (std::find(net.nodes[n].outputs.begin(), net.nodes[n].outputs.end(), net.outputs[0]) !=
+        net.nodes[n].outputs.end()) {
+      head = n;
+    }
+  }
+  ASSERT_LT(head, net.nodes.size());
+  const auto tactic_id = [&](const std::string& name) {
+    for (const internal::TacticInfo& t : dev.tactics(net.nodes[head])) {
+      if (name == t.name) return t.id;
+    }
+    ADD_FAILURE() << "no tactic " << name;
+    return uint32_t{0};
+  };
+  TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+  const auto tokens = [&](int64_t pos) { return TokenInputs({(pos * 7 + 3) % c.vocab}, pos); };
+  constexpr int64_t kSteps = 6;
+  for (const char* linear : {"gemv", "cublaslt"}) {
+    SCOPED_TRACE(linear);
+    const bool by_kernels = std::string(linear) == "gemv";
+    format::EngineDesc forced = *desc;
+    for (format::ProfileTactics& p : forced.tactic_tables[0].profiles) p.tactic_per_node[head] = tactic_id(linear);
+    EXPECT_EQ(dev.writes_output_to_host(net, forced.tactic_tables[0].profiles[0].tactic_per_node, 0), by_kernels);
+    Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced, model->payload);
+    ASSERT_TRUE(bytes.ok());
+    EngineOptions load;
+    load.device = DeviceKind::kCuda;
+    Result<Engine> engine = Engine::load_buffer(*bytes, load);
+    ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+    // Two page-locked buffers, each with a guard float on both sides of the view.
+    Result<HostMemory> locked[2] = {engine->allocate_host((c.vocab + 2) * 4), engine->allocate_host((c.vocab + 2) * 4)};
+    ASSERT_TRUE(locked[0].ok() && locked[1].ok());
+    // Each route: a fresh session decoding kSteps tokens; the logits of every step.
+    enum Route { kDevice, kPageable, kSameLocked, kAlternatingLocked };
+    const auto decode = [&](Route route, std::vector<std::string>* lines) {
+      std::vector<std::vector<float>> steps;
+      const auto body = [&] {
+        Result<Session> s = Session::create(*engine);
+        Result<DeviceMemory> out_memory = engine->allocate(c.vocab * 4);
+        Result<Stream> stream = Stream::create(DeviceKind::kCuda);
+        ASSERT_TRUE(s.ok() && out_memory.ok() && stream.ok());
+        auto pin = OptimizationProfileGuard::named("decode");
+        for (int64_t pos = 0; pos < kSteps; ++pos) {
+          const TokenInputs in = tokens(pos);
+          std::vector<float> got(static_cast<size_t>(c.vocab));
+          if (route == kDevice) {
+            TensorView out{out_memory->data(), DataType::kF32, Dims(), MemoryKind::kDevice, out_memory->bytes()};
+            ASSERT_TRUE(s->run(in.span(), std::span(&out, 1), &*stream).ok());
+            ASSERT_TRUE(s->synchronize().ok());
+            ASSERT_TRUE(dev.enqueue_copy(got.data(), out_memory->data(), c.vocab * 4, *stream->impl()).ok());
+            ASSERT_TRUE(stream->synchronize().ok());
+          } else if (route == kPageable) {
+            Tensor out;
+            ASSERT_TRUE(s->run(in.span(), std::span(&out, 1)).ok());
+            ASSERT_EQ(out.dims.volume(), c.vocab);
+            std::memcpy(got.data(), out.data<float>(), got.size() * 4);
+          } else {
+            auto* floats = static_cast<float*>(locked[route == kAlternatingLocked ? pos % 2 : 0]->data());
+            std::fill(floats, floats + c.vocab + 2, std::nanf(""));
+            TensorView out{floats + 1, DataType::kF32, Dims(), MemoryKind::kHost, c.vocab * 4};
+            ASSERT_TRUE(s->run(in.span(), std::span(&out, 1)).ok());
+            EXPECT_TRUE(std::isnan(floats[0]) && std::isnan(floats[c.vocab + 1])) << "written outside the view";
+            std::memcpy(got.data(), floats + 1, got.size() * 4);
+          }
+          steps.push_back(std::move(got));
+        }
+      };
+      if (lines != nullptr) {
+        *lines = debug_lines(body);
+      } else {
+        body();
+      }
+      return steps;
+    };
+    const auto count = [](const std::vector<std::string>& lines, const char* text) {
+      return std::count_if(lines.begin(), lines.end(),
+                           [&](const std::string& l) { return l.find(text) != std::string::npos; });
+    };
+    const std::vector<std::vector<float>> want = decode(kDevice, nullptr);
+    Result<Session> ref = Session::create(cpu.engine);
+    ASSERT_TRUE(ref.ok());
+    for (int64_t pos = 0; pos < kSteps; ++pos) {
+      EXPECT_LT(relative_error(want[static_cast<size_t>(pos)], run(*ref, tokens(pos), ProfileRequest::named("decode"))),
+                2e-2)
+          << "position " << pos;
+    }
+    for (const Route route : {kPageable, kSameLocked, kAlternatingLocked}) {
+      SCOPED_TRACE("route " + std::to_string(route));
+      std::vector<std::string> lines;
+      const std::vector<std::vector<float>> got = decode(route, &lines);
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(std::memcmp(got[i].data(), want[i].data(), want[i].size() * 4), 0) << "step " << i;
+      }
+      const auto stores = [&](const char* where) { return count(lines, where); };
+      const auto captures = count(lines, "captured its graph for new addresses");
+      switch (route) {
+        case kPageable:
+          EXPECT_EQ(stores("the kernels' stores into page-locked staging"), by_kernels ? 1 : 0);
+          EXPECT_EQ(captures, 1);
+          break;
+        case kSameLocked:  // the first call copies; from the second on the GEMV stores (one more capture)
+          EXPECT_EQ(stores("the kernels' stores into the caller's memory"), by_kernels ? 1 : 0);
+          EXPECT_EQ(captures, by_kernels ? 2 : 1);
+          break;
+        case kAlternatingLocked:
+          EXPECT_EQ(stores("the kernels' stores"), 0);
+          EXPECT_EQ(captures, 1);
+          break;
+        case kDevice: break;
+      }
+    }
+  }
+  // What the device answers for outputs that a kernel reads back, or that do not exist.
+  ir::Network read_back = net;
+  read_back.nodes.back().inputs.push_back(net.outputs[0]);
+  const std::vector<uint32_t> gemv(net.nodes.size(), tactic_id("gemv"));
+  EXPECT_TRUE(dev.writes_output_to_host(net, gemv, 0));
+  EXPECT_FALSE(dev.writes_output_to_host(read_back, gemv, 0));
+  EXPECT_FALSE(dev.writes_output_to_host(net, gemv, 1));
+  EXPECT_FALSE(dev.writes_output_to_host(net, std::span(gemv).first(head), 0)) << "too few tactics";
+}
+
 TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   // The host cannot check ids and positions in device memory before enqueueing (it would

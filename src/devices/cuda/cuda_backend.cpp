@@ -54,7 +54,9 @@ using ir::OpKind;
 // linear is timed with its activation (fused into the GEMV, a launch after the GEMM).
 // 10: GEMV launches run at most the resident blocks, each serving several blocks' worth of
 // rows (every geometry's time changes), and the decode attention loads its first keys early.
-constexpr int kKernelsVersion = 10;
+// 11: a linear whose output a caller may take in host memory (the logits) is timed as the
+// output gets there: a GEMV storing into page-locked memory, other tactics with the copy.
+constexpr int kKernelsVersion = 11;
 
 // Tactic ids (stored in engine files); the cuBLASLt ones and their row-bucketed form are in
 // linear_tactics.h.
@@ -1781,6 +1783,27 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   return refined;
 }
 
+/// Whether linear outputs that go to host memory may be stored there by their GEMV
+/// (GEARBOX_CUDA_HOST_OUTPUTS, on unless "0"): writes_output_to_host and the timing of such
+/// linears (time_node).
+bool host_outputs_enabled() {
+  static const bool on = cuda::switch_on("GEARBOX_CUDA_HOST_OUTPUTS");
+  return on;
+}
+
+/// The network output that linear node n writes and no node reads (nor is it an input): an
+/// output a caller may take in host memory. -1 for none.
+int32_t host_bound_output(const Network& net, size_t n) {
+  const Node& node = net.nodes[n];
+  if (node.kind != OpKind::kLinear || node.outputs.size() != 1) return -1;
+  const int32_t t = node.outputs[0];
+  if (std::find(net.outputs.begin(), net.outputs.end(), t) == net.outputs.end() || network_input(net, t)) return -1;
+  for (const Node& other : net.nodes) {
+    if (std::find(other.inputs.begin(), other.inputs.end(), t) != other.inputs.end()) return -1;
+  }
+  return t;
+}
+
 class CudaBackend final : public DeviceBackend {
  public:
   explicit CudaBackend(cudaDeviceProp prop) : prop_(prop) {}
@@ -1925,8 +1948,13 @@ class CudaBackend final : public DeviceBackend {
   }
 
   Result<DeviceBuffer> allocate_pinned(int64_t bytes) const override {
-    void* p = nullptr;
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
+    return allocate_pinned_locked(bytes);
+  }
+
+  /// allocate_pinned, the caller holding cuda_capture_mutex.
+  static Result<DeviceBuffer> allocate_pinned_locked(int64_t bytes) {
+    void* p = nullptr;
     const cudaError_t err = cudaHostAlloc(&p, static_cast<size_t>(std::max<int64_t>(bytes, 1)), cudaHostAllocDefault);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
@@ -1948,6 +1976,32 @@ class CudaBackend final : public DeviceBackend {
       return attr.type == cudaMemoryTypeHost;
     };
     return bytes > 0 && locked(p) && locked(static_cast<const char*>(p) + bytes - 1);
+  }
+
+  bool mapped_for_kernels(const void* p, int64_t bytes) const override {
+    // Both ends, as page_locked: the device must address them at the host's own addresses.
+    const auto mapped = [](const void* at) {
+      cudaPointerAttributes attr{};
+      if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+      }
+      return attr.type == cudaMemoryTypeHost && attr.devicePointer == at;
+    };
+    return bytes > 0 && mapped(p) && mapped(static_cast<const char*>(p) + bytes - 1);
+  }
+
+  bool writes_output_to_host(const Network& net, std::span<const uint32_t> tactics, size_t output) const override {
+    // A GEMV stores each of its outputs once, from one thread, and reads none of them
+    // (kernels_gemv.cu): over the host link those stores ride under the weight stream, where
+    // a copy after the network adds its whole transfer to the call (docs/PERFORMANCE.md,
+    // 2026-12-02 fourth). Only a linear whose output no node reads qualifies.
+    if (!host_outputs_enabled() || output >= net.outputs.size()) return false;
+    const int32_t t = net.outputs[output];
+    for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
+      if (host_bound_output(net, n) == t) return is_gemv(tactics[n]);
+    }
+    return false;
   }
 
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
@@ -2055,6 +2109,7 @@ class CudaBackend final : public DeviceBackend {
         g.steps = *steps;
       }
       g.key = std::move(key);
+      GEARBOX_LOG(kDebug, "cuda: profile %d captured its graph for new addresses", launch.profile);
     }
     if (g.steps != nullptr) GEARBOX_RETURN_IF_ERROR(choose_whole_step(g, launch.profile, *state, s));
     return cuda_check(cudaGraphLaunch(g.exec, s), "cudaGraphLaunch");
@@ -2083,10 +2138,42 @@ class CudaBackend final : public DeviceBackend {
     const auto& w = static_cast<const CudaWeights&>(weights);
     Result<GatedTiming> gated = GatedTiming::for_node(net, node, args);
     if (!gated.ok()) return gated.status();
+    // A linear whose output a caller may take in host memory (the logits) is timed as that
+    // output gets there: a GEMV storing it into page-locked memory itself (as the session
+    // binds it: writes_output_to_host), any other tactic with the copy after it. Alone, a
+    // GEMM may win by a few microseconds and then pay ~30 for the copy, and some GEMV
+    // geometries store to the host far slower than others (PERFORMANCE.md, 2026-12-02 fourth).
+    const int32_t to_host = host_outputs_enabled() ? host_bound_output(net, node) : -1;
+    NodeArgs run_args = args;
+    std::vector<void*> tensors;
+    int64_t host_bytes = 0;
+    if (to_host >= 0) {
+      const auto t = static_cast<size_t>(to_host);
+      host_bytes = args.dims[t].volume() * static_cast<int64_t>(data_type_size(storage_type(net.tensors[t].dtype)));
+      if (timing_host_bytes_ < host_bytes) {
+        if (void* old = timing_host_.release(); old != nullptr) (void)cudaFreeHost(old);  // the lock is held
+        timing_host_bytes_ = 0;
+        Result<DeviceBuffer> host = allocate_pinned_locked(host_bytes);
+        if (!host.ok()) return host.status();
+        timing_host_ = std::move(*host);
+        timing_host_bytes_ = host_bytes;
+      }
+      if (is_gemv(tactic)) {
+        tensors.assign(args.tensors.begin(), args.tensors.end());
+        tensors[t] = timing_host_.get();
+        run_args.tensors = tensors;
+      }
+    }
     GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
-    Status s = gated->applies() ? gated->run(net, w, tactic, args) : run_cuda_node(net, w, node, tactic, args, nullptr);
+    Status s = gated->applies() ? gated->run(net, w, tactic, run_args)
+                                : run_cuda_node(net, w, node, tactic, run_args, nullptr);
+    if (s.ok() && to_host >= 0 && !is_gemv(tactic)) {
+      s = cuda_check(cudaMemcpyAsync(timing_host_.get(), args.tensors[static_cast<size_t>(to_host)],
+                                     static_cast<size_t>(host_bytes), cudaMemcpyDeviceToHost, nullptr),
+                     "cudaMemcpyAsync (timing a host output)");
+    }
     const double enqueue_us =
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - enqueue_start).count();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
@@ -2102,6 +2189,9 @@ class CudaBackend final : public DeviceBackend {
 
  private:
   cudaDeviceProp prop_;
+  // time_node's page-locked stand-in for a host output (under cuda_capture_mutex).
+  mutable DeviceBuffer timing_host_{nullptr, &cuda_free_host};
+  mutable int64_t timing_host_bytes_ = 0;
 };
 
 }  // namespace

@@ -904,6 +904,64 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
 // The grid a one-row GEMV asks for (before the resident-block cap): the 1B's QKV (1024 + 256 +
 // 256 rows of 1152, bf16, r2u2: 128 threads a row, 4 rows a block) and the mini's (320 + 80 +
 // 80 rows of 320: 32 threads a row, 16 rows a block), f32 weights, a K of no whole 16 bytes.
+// A one-row GEMV storing straight into page-locked host memory, as the CUDA device binds a
+// host output (DeviceBackend::writes_output_to_host): every geometry, awkward N (a unit cut
+// short, one row), the scalar path, blocks serving several units, a bias, and a launch whose
+// other target is in device memory; guard floats on both sides of the host output.
+TEST_F(CudaKernels, GemvStoresIntoPageLockedHostMemory) {
+  struct Case {
+    int64_t N, K;
+    int lead;  // 1: misaligned x and weights (the scalar path)
+  };
+  const Case cases[] = {{1, 1152, 0}, {130, 1152, 0}, {1000, 1152, 0}, {4097, 64, 0}, {33, 13, 1}, {7, 6912, 0}};
+  constexpr int64_t kGuardFloats = 16;
+  for (const cuda::GemvGeometry g : cuda::kGemvGeometries) {
+    for (const Case& c : cases) {
+      for (const int64_t max_blocks : {int64_t{0}, int64_t{3}}) {
+        const std::vector<float> x = random_floats(c.K, 80);
+        std::vector<float> x_lead(static_cast<size_t>(c.lead), 0.0f);
+        x_lead.insert(x_lead.end(), x.begin(), x.end());
+        const Weights w = make_weights(DataType::kBF16, random_floats(c.N * c.K, 81), c.lead);
+        const Weights w2 = make_weights(DataType::kBF16, random_floats(5 * c.K, 82), c.lead);
+        const std::vector<float> b = random_floats(c.N, 83);
+        Floats d_x(x_lead), d_b(b), y2 = Floats::poisoned(5);
+        DeviceBuffer<uint8_t> d_w(w.bytes), d_w2(w2.bytes);
+        float* host = nullptr;
+        const size_t host_floats = static_cast<size_t>(c.N + 2 * kGuardFloats);
+        ASSERT_EQ(cudaSuccess, cudaHostAlloc(reinterpret_cast<void**>(&host), host_floats * 4, cudaHostAllocDefault));
+        std::fill(host, host + host_floats, kNaN);
+        std::fill(host, host + kGuardFloats, kSentinel);
+        std::fill(host + kGuardFloats + c.N, host + host_floats, kSentinel);
+        float* const y_host = host + kGuardFloats;
+        const cuda::GemvTarget<__nv_bfloat16> targets[2] = {
+            {weight_ptr<__nv_bfloat16>(d_w2, c.lead), nullptr, y2.get(), 5},
+            {weight_ptr<__nv_bfloat16>(d_w, c.lead), d_b.get(), y_host, c.N}};
+        ASSERT_EQ(cudaSuccess,
+                  cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, targets, 2, 1, c.K, stream_, g, max_blocks));
+        sync();
+        std::vector<float> want(static_cast<size_t>(c.N)), want2(5);
+        cpu::linear_small_m(x.data(), w.rounded.data(), b.data(), want.data(), 1, c.N, c.K);
+        cpu::linear_small_m(x.data(), w2.rounded.data(), nullptr, want2.data(), 1, 5, c.K);
+        const std::string what = "gemv into page-locked host memory " + shape({{"N", c.N},
+                                                                               {"K", c.K},
+                                                                               {"lead", c.lead},
+                                                                               {"rows", g.rows},
+                                                                               {"unroll", g.unroll},
+                                                                               {"max_blocks", max_blocks}});
+        EXPECT_TRUE(close(what, std::vector<float>(y_host, y_host + c.N), want, {},
+                          reduction_slack(x, w.rounded, 1, c.N, c.K)));
+        EXPECT_TRUE(
+            close(what + ", the device target", y2.download(), want2, {}, reduction_slack(x, w2.rounded, 1, 5, c.K)));
+        EXPECT_TRUE(y2.guard_intact()) << what;
+        EXPECT_TRUE(std::all_of(host, host + kGuardFloats, [](float v) { return v == kSentinel; }) &&
+                    std::all_of(y_host + c.N, host + host_floats, [](float v) { return v == kSentinel; }))
+            << what << ": a guard float of the host output was written";
+        CUDA_CHECK(cudaFreeHost(host));
+      }
+    }
+  }
+}
+
 TEST_F(CudaKernels, GemvBlocksCountsEveryOutputsBlocks) {
   const int64_t qkv_1b[3] = {1024, 256, 256}, qkv_mini[3] = {320, 80, 80}, one[1] = {1000};
   EXPECT_EQ(cuda::gemv_blocks(qkv_1b, 3, 1152, 2, {2, 2}), 384);
