@@ -99,9 +99,12 @@ class GEARBOX_API DeviceMemory {
 };
 
 /// Host memory owned by the caller, page-locked where the engine's device gains from it
-/// (CUDA): a kHost output placed in it is written there by DMA, without the copy through the
-/// session's staging buffer (for a 1 MB logits row, tens of microseconds a call). Usable
-/// wherever host memory is (TensorView::data with MemoryKind::kHost); freed when destroyed.
+/// (CUDA): a kHost output placed in it is written there directly, without the copy through
+/// the session's staging buffer (for a 1 MB logits row, tens of microseconds a call): by
+/// DMA, or, where the device's kernels store that output themselves (the CUDA logits GEMV)
+/// and the call passes the same memory as the call before, by the kernel's own stores, with
+/// no copy at all. Usable wherever host memory is (TensorView::data with MemoryKind::kHost);
+/// freed when destroyed.
 class GEARBOX_API HostMemory {
  public:
   HostMemory() = default;
@@ -155,7 +158,7 @@ class GEARBOX_API Engine {
   int64_t weight_bytes() const noexcept;
   /// Allocates device memory for kDevice tensors. Errors: kResourceExhausted.
   Result<DeviceMemory> allocate(int64_t bytes) const;
-  /// Allocates host memory for kHost tensors that the device copies to and from by DMA:
+  /// Allocates host memory for kHost tensors that the device reaches directly (HostMemory):
   /// page-locked on CUDA, ordinary (64-byte aligned) on the CPU device. Page-locked memory
   /// is a scarce system resource: allocate it once and reuse it across calls. Errors:
   /// kInvalidArgument for a negative size, kResourceExhausted.
