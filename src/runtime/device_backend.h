@@ -113,27 +113,28 @@ class DeviceBackend {
   virtual Result<DeviceBuffer> allocate(int64_t bytes) const = 0;
   /// Allocates page-locked host memory that copies to and from this device move by DMA
   /// without a bounce through a driver buffer (a session stages callers' host inputs and
-  /// outputs in it). A null buffer means the device gains nothing from it (the CPU device,
+  /// outputs in it); mapped (host_memory_kind) on a device whose kernels store outputs into
+  /// host memory (writes_output_to_host). A null buffer means the device gains nothing from it (the CPU device,
   /// whose memory is the host's); the caller then copies directly.
   virtual Result<DeviceBuffer> allocate_pinned(int64_t bytes) const {
     (void)bytes;
     return DeviceBuffer(nullptr, [](void*) {});
   }
-  /// Whether host memory [p, p + bytes) is page-locked for this device (allocate_pinned, or
-  /// registered by its owner), so that a copy into it is a DMA with no staging. The default
-  /// (a device whose memory is the host's): false.
-  virtual bool page_locked(const void* p, int64_t bytes) const {
+  /// What host memory [p, p + bytes) is to this device, each kind including the one before:
+  /// page-locked (allocate_pinned, or registered by its owner), so that a copy into it is a
+  /// DMA with no staging; mapped, so that the device's kernels can also store into it at
+  /// those same addresses. The default (a device whose memory is the host's): pageable.
+  enum class HostMemoryKind { kPageable, kPageLocked, kMapped };
+  virtual HostMemoryKind host_memory_kind(const void* p, int64_t bytes) const {
     (void)p, (void)bytes;
-    return false;
+    return HostMemoryKind::kPageable;
   }
-  /// Whether this device's kernels can store into host memory [p, p + bytes) at those same
-  /// addresses (page-locked and mapped into the device's address space). Default: false.
-  virtual bool mapped_for_kernels(const void* p, int64_t bytes) const {
-    (void)p, (void)bytes;
-    return false;
+  /// host_memory_kind is page-locked or mapped.
+  bool page_locked(const void* p, int64_t bytes) const {
+    return host_memory_kind(p, bytes) != HostMemoryKind::kPageable;
   }
   /// Whether the kernels that `tactics` choose for `net` may write network output `output`
-  /// (an index into net.outputs) straight into memory that mapped_for_kernels accepts, so
+  /// (an index into net.outputs) straight into mapped host memory (host_memory_kind), so
   /// that the output crosses to the host on the kernel's own stores, overlapped with its
   /// work, instead of by a copy after the network: the one kernel that writes it stores each
   /// element once and none reads it. The default: false.

@@ -255,6 +255,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     size_t binding;
     void* landed = nullptr;
     bool by_kernels = false;
+    DeviceBackend::HostMemoryKind kind = DeviceBackend::HostMemoryKind::kPageable;  // of dst
   };
   std::vector<HostCopy> host_copies;
   host_copies.reserve(outputs.size());
@@ -266,20 +267,19 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     void* address = *target;
     if (outputs[o].memory == MemoryKind::kHost) {
       HostCopy c{address, ir::tensor_bytes(*shape, outputs[o].dtype), n_in + o};
+      c.kind = engine_->device().host_memory_kind(c.dst, c.bytes);
       address = staging_[n_in + o].get();
       // Where the device's kernels can store the output into mapped host memory, they do:
       // into the caller's own memory when it is mapped and the same as at the last call
       // (a new address would make a captured graph be captured again, so a caller that
       // alternates buffers keeps the copy), else into the session's page-locked staging
-      // when the caller's memory is pageable.
+      // (mapped: allocate_pinned) when the caller's memory is pageable.
       if (writes_to_host_[static_cast<size_t>(sel.profile)][o] && c.bytes > 0) {
-        const DeviceBackend& device = engine_->device();
-        if (c.dst == last_host_output_[o] && device.mapped_for_kernels(c.dst, c.bytes)) {
+        if (c.kind == DeviceBackend::HostMemoryKind::kMapped && c.dst == last_host_output_[o]) {
           c.by_kernels = true;
           address = c.dst;
-        } else if (!device.page_locked(c.dst, c.bytes)) {
-          if (void* pinned = pinned_staging(c.binding, c.bytes);
-              pinned != nullptr && device.mapped_for_kernels(pinned, c.bytes)) {
+        } else if (c.kind == DeviceBackend::HostMemoryKind::kPageable) {
+          if (void* pinned = pinned_staging(c.binding, c.bytes); pinned != nullptr) {
             c.by_kernels = true;
             c.landed = pinned;
             address = pinned;
@@ -335,7 +335,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   // caller's memory.
   for (HostCopy& c : host_copies) {
     if (c.by_kernels) continue;
-    c.landed = engine_->device().page_locked(c.dst, c.bytes) ? nullptr : pinned_staging(c.binding, c.bytes);
+    c.landed = c.kind != DeviceBackend::HostMemoryKind::kPageable ? nullptr : pinned_staging(c.binding, c.bytes);
     // The network is in flight: never return with it untracked.
     Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst, staging_[c.binding].get(),
                                                    c.bytes, stream);

@@ -51,6 +51,24 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return err / scale;
 }
 
+/// The id of `node`'s tactic called `name` on `device` (a test failure and 0 if none).
+uint32_t tactic_id(const internal::DeviceBackend& device, const ir::Node& node, const std::string& name) {
+  for (const internal::TacticInfo& t : device.tactics(node)) {
+    if (name == t.name) return t.id;
+  }
+  ADD_FAILURE() << "no tactic " << name;
+  return 0;
+}
+
+/// `desc` (tactics possibly forced) with `payload`, serialized and loaded on the CUDA device.
+Result<Engine> load_on_cuda(const format::EngineDesc& desc, std::span<const uint8_t> payload) {
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(desc, payload);
+  if (!bytes.ok()) return bytes.status();
+  EngineOptions load;
+  load.device = DeviceKind::kCuda;
+  return Engine::load_buffer(*bytes, load);
+}
+
 /// The debug log lines written while f() runs.
 template <typename F>
 std::vector<std::string> debug_lines(F&& f) {
@@ -125,13 +143,6 @@ TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
     options.device = DeviceKind::kCuda;
     Result<format::EngineDesc> desc = internal::build_engine(net, decode_prefill_profiles(32), model->payload, options);
     ASSERT_TRUE(desc.ok()) << desc.status().to_string();
-    const auto tactic_id = [&](const ir::Node& node, const std::string& name) {
-      for (const internal::TacticInfo& t : (*device)->tactics(node)) {
-        if (name == t.name) return t.id;
-      }
-      ADD_FAILURE() << "no tactic " << name;
-      return uint32_t{0};
-    };
     TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
     const TokenInputs prompt({2, 17, 40, 5, 66, 81, 9, 13, 50}, 0);
     for (const char* linear : {"cublaslt_stacked", "cublaslt"}) {
@@ -143,15 +154,11 @@ TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
       format::ProfileTactics& prefill = forced.tactic_tables[0].profiles[1];
       for (size_t n = 0; n < net.nodes.size(); ++n) {
         if (!ir::linear_weights_stacked(net, net.nodes[n])) continue;
-        prefill.tactic_per_node[n] = tactic_id(net.nodes[n], linear);
+        prefill.tactic_per_node[n] = tactic_id(**device, net.nodes[n], linear);
         ++stacked;
       }
       EXPECT_EQ(stacked, 2 * c.layers) << "each layer's QKV and gate+up linears have stacked weights";
-      Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced, model->payload);
-      ASSERT_TRUE(bytes.ok());
-      EngineOptions load;
-      load.device = DeviceKind::kCuda;
-      Result<Engine> engine = Engine::load_buffer(*bytes, load);
+      Result<Engine> engine = load_on_cuda(forced, model->payload);
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       Result<Session> gpu = Session::create(*engine);
       ASSERT_TRUE(gpu.ok());
@@ -252,11 +259,7 @@ TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
     SCOPED_TRACE(forced ? "every bucket forced to another heuristic" : "as tuned");
     Result<format::EngineDesc> built = internal::build_engine(net, profiles, model->payload, options);
     ASSERT_TRUE(built.ok());
-    Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced ? *desc : *built, model->payload);
-    ASSERT_TRUE(bytes.ok());
-    EngineOptions load;
-    load.device = DeviceKind::kCuda;
-    Result<Engine> engine = Engine::load_buffer(*bytes, load);
+    Result<Engine> engine = load_on_cuda(forced ? *desc : *built, model->payload);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     for (int64_t T : {9, 40, 300}) {
       std::vector<int64_t> ids;
@@ -508,13 +511,6 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
     }
   }
   ASSERT_LT(head, net.nodes.size());
-  const auto tactic_id = [&](const std::string& name) {
-    for (const internal::TacticInfo& t : dev.tactics(net.nodes[head])) {
-      if (name == t.name) return t.id;
-    }
-    ADD_FAILURE() << "no tactic " << name;
-    return uint32_t{0};
-  };
   TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
   const auto tokens = [&](int64_t pos) { return TokenInputs({(pos * 7 + 3) % c.vocab}, pos); };
   constexpr int64_t kSteps = 6;
@@ -522,13 +518,10 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
     SCOPED_TRACE(linear);
     const bool by_kernels = std::string(linear) == "gemv";
     format::EngineDesc forced = *desc;
-    for (format::ProfileTactics& p : forced.tactic_tables[0].profiles) p.tactic_per_node[head] = tactic_id(linear);
+    for (format::ProfileTactics& p : forced.tactic_tables[0].profiles)
+      p.tactic_per_node[head] = tactic_id(dev, net.nodes[head], linear);
     EXPECT_EQ(dev.writes_output_to_host(net, forced.tactic_tables[0].profiles[0].tactic_per_node, 0), by_kernels);
-    Result<std::vector<uint8_t>> bytes = format::serialize_engine(forced, model->payload);
-    ASSERT_TRUE(bytes.ok());
-    EngineOptions load;
-    load.device = DeviceKind::kCuda;
-    Result<Engine> engine = Engine::load_buffer(*bytes, load);
+    Result<Engine> engine = load_on_cuda(forced, model->payload);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     // Two page-locked buffers, each with a guard float on both sides of the view.
     Result<HostMemory> locked[2] = {engine->allocate_host((c.vocab + 2) * 4), engine->allocate_host((c.vocab + 2) * 4)};
@@ -617,7 +610,7 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
   // What the device answers for outputs that a kernel reads back, or that do not exist.
   ir::Network read_back = net;
   read_back.nodes.back().inputs.push_back(net.outputs[0]);
-  const std::vector<uint32_t> gemv(net.nodes.size(), tactic_id("gemv"));
+  const std::vector<uint32_t> gemv(net.nodes.size(), tactic_id(dev, net.nodes[head], "gemv"));
   EXPECT_TRUE(dev.writes_output_to_host(net, gemv, 0));
   EXPECT_FALSE(dev.writes_output_to_host(read_back, gemv, 0));
   EXPECT_FALSE(dev.writes_output_to_host(net, gemv, 1));

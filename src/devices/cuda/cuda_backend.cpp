@@ -1964,31 +1964,22 @@ class CudaBackend final : public DeviceBackend {
     return DeviceBuffer(p, &cuda_free_host);
   }
 
-  bool page_locked(const void* p, int64_t bytes) const override {
+  HostMemoryKind host_memory_kind(const void* p, int64_t bytes) const override {
     // Both ends: a caller's buffer lies in one allocation or registration, which is
-    // page-locked throughout or not at all.
-    const auto locked = [](const void* at) {
+    // page-locked (and mapped) throughout or not at all. cudaHostAlloc memory is mapped at the
+    // host's own addresses (unified addressing), which is how the kernels must reach it.
+    const auto kind = [](const void* at) {
       cudaPointerAttributes attr{};
       if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
         (void)cudaGetLastError();
-        return false;
+        return HostMemoryKind::kPageable;
       }
-      return attr.type == cudaMemoryTypeHost;
+      if (attr.type != cudaMemoryTypeHost) return HostMemoryKind::kPageable;
+      return attr.devicePointer == at ? HostMemoryKind::kMapped : HostMemoryKind::kPageLocked;
     };
-    return bytes > 0 && locked(p) && locked(static_cast<const char*>(p) + bytes - 1);
-  }
-
-  bool mapped_for_kernels(const void* p, int64_t bytes) const override {
-    // Both ends, as page_locked: the device must address them at the host's own addresses.
-    const auto mapped = [](const void* at) {
-      cudaPointerAttributes attr{};
-      if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return false;
-      }
-      return attr.type == cudaMemoryTypeHost && attr.devicePointer == at;
-    };
-    return bytes > 0 && mapped(p) && mapped(static_cast<const char*>(p) + bytes - 1);
+    if (bytes <= 0) return HostMemoryKind::kPageable;
+    const HostMemoryKind first = kind(p);
+    return first == HostMemoryKind::kPageable ? first : std::min(first, kind(static_cast<const char*>(p) + bytes - 1));
   }
 
   bool writes_output_to_host(const Network& net, std::span<const uint32_t> tactics, size_t output) const override {
