@@ -32,11 +32,13 @@
 #include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
+#include "runtime/host_progress.h"
 
 namespace {
 
 using gearbox::DataType;
 namespace cuda = gearbox::cuda;
+namespace internal = gearbox::internal;
 
 constexpr int kMinReps = 30;                          // timed launches per measurement, at least
 constexpr int64_t kRotateBytes = int64_t{240} << 20;  // > 4x the H200's 60 MB L2
@@ -246,9 +248,23 @@ void bench_gemv(cudaStream_t stream) {
   }
 }
 
+/// The median of `runs` host-clock timings of `call`, in microseconds.
+double host_median_us(int runs, const std::function<void(int)>& call) {
+  std::vector<double> us;
+  for (int i = 0; i < runs; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    call(i);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::nth_element(us.begin(), us.begin() + runs / 2, us.end());
+  return us[static_cast<size_t>(runs / 2)];
+}
+
 /// The 1B's logits (lm_head 262144 x 1152, one row) brought to page-locked host memory: into
 /// device memory and copied after (how a host output goes when a cuBLASLt GEMM writes it), or
-/// stored there by the GEMV itself (DeviceBackend::writes_output_to_host), per geometry.
+/// stored there by the GEMV itself (DeviceBackend::writes_output_to_host), per geometry; then
+/// to pageable memory (a session's Tensor), by the host's clock: copied after the launch, or
+/// on as the GEMV's progress slots say it lands (GemvProgress, host_progress.h).
 void bench_host_out(cudaStream_t stream) {
   std::printf("\n== the lm_head's logits into page-locked host memory, bf16, M = 1 (bytes: weights) ==\n");
   const int64_t N = 262144, K = 1152, w_bytes = N * K * 2;
@@ -257,7 +273,11 @@ void bench_host_out(cudaStream_t stream) {
   fill_bf16(w.as<__nv_bfloat16>(), N * K * copies, 1);
   fill_f32(x.as<float>(), K, 2);
   float* host = nullptr;
-  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), static_cast<size_t>(N) * 4, cudaHostAllocDefault));
+  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&host), static_cast<size_t>(N) * 4, cudaHostAllocMapped));
+  constexpr int kSlots = 1024;
+  uint32_t* slots = nullptr;
+  CHECK(cudaHostAlloc(reinterpret_cast<void**>(&slots), kSlots * 4, cudaHostAllocMapped));
+  std::memset(slots, 0, kSlots * 4);
   for (const cuda::GemvGeometry g : geometries(1)) {
     const auto launch = [&](int i, float* out) {
       CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * N * K, nullptr, out, 1, N,
@@ -276,7 +296,66 @@ void bench_host_out(cudaStream_t stream) {
           static_cast<double>(w_bytes), 1e3, "GB/s");
     print(name + " storing to host", time_launches(stream, copies, [&](int i) { launch(i, host); }),
           static_cast<double>(w_bytes), 1e3, "GB/s");
+    for (const int every : {1, 4, 8, 16}) {
+      print(
+          name + " storing to host, progress every " + std::to_string(every),
+          time_launches(
+              stream, copies,
+              [&](int i) {
+                const cuda::GemvTarget<__nv_bfloat16> t{w.as<__nv_bfloat16>() + (i % copies) * N * K, nullptr, host, N};
+                CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), &t, 1, 1, K, stream, g, 0, nullptr,
+                                                      {slots, kSlots, every}));
+              }),
+          static_cast<double>(w_bytes), 1e3, "GB/s");
+    }
   }
+  // To pageable memory, launch to return (host clock, median of 60 alternating rounds).
+  std::vector<float> pageable(static_cast<size_t>(N), 1.0f);
+  cudaEvent_t done = nullptr;
+  CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  for (const auto& [g, every] : {std::pair{cuda::GemvGeometry{4, 4}, 4}, std::pair{cuda::GemvGeometry{4, 4}, 8},
+                                 std::pair{cuda::GemvGeometry{4, 4}, 16}, std::pair{cuda::GemvGeometry{8, 2}, 8}}) {
+    const auto launch = [&](int i, bool progress) {
+      const cuda::GemvTarget<__nv_bfloat16> t{w.as<__nv_bfloat16>() + (i % copies) * N * K, nullptr, host, N};
+      CHECK(
+          cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), &t, 1, 1, K, stream, g, 0, nullptr,
+                                          progress ? cuda::GemvProgress{slots, kSlots, every} : cuda::GemvProgress{}));
+    };
+    const auto stored = [&](int i) {
+      launch(i, false);
+      CHECK(cudaStreamSynchronize(stream));
+    };
+    const auto copied_after = [&](int i) {
+      stored(i);
+      std::memcpy(pageable.data(), host, static_cast<size_t>(N) * 4);
+    };
+    const auto copied_on = [&](int i) {
+      std::memset(slots, 0, kSlots * 4);
+      launch(i, true);
+      CHECK(cudaEventRecord(done, stream));
+      internal::LandingCopy l{slots, kSlots, host, pageable.data(), N * 4};
+      for (;;) {
+        const bool moved = internal::copy_landed(l);
+        if (l.copied == l.bytes || (!moved && cudaEventQuery(done) != cudaErrorNotReady)) break;
+        if (!moved) internal::spin_pause();
+      }
+      CHECK(cudaStreamSynchronize(stream));
+      std::memcpy(pageable.data() + l.copied / 4, host + l.copied / 4, static_cast<size_t>(l.bytes - l.copied));
+    };
+    for (int i = 0; i < 4; ++i) copied_on(i);  // warm-up
+    double a[3] = {0, 0, 0};
+    for (int round = 0; round < 3; ++round) {
+      a[0] += host_median_us(20, stored) / 3;
+      a[1] += host_median_us(20, copied_after) / 3;
+      a[2] += host_median_us(20, copied_on) / 3;
+    }
+    std::printf(
+        "lm_head %s to pageable memory, launch to return (host clock): into page-locked only %.1f us, "
+        "then a copy %.1f us, copied on as it lands (progress every %d units) %.1f us\n",
+        geometry_name(g).c_str(), a[0], a[1], every, a[2]);
+  }
+  CHECK(cudaEventDestroy(done));
+  CHECK(cudaFreeHost(slots));
   CHECK(cudaFreeHost(host));
 }
 

@@ -49,6 +49,9 @@ struct NodeArgs {
   void* scratch = nullptr;         ///< at least scratch_bytes() of the node's tactic
   std::span<void* const> states;   ///< per state slot: K cache, V cache (2 per slot)
   DeviceContextState* context = nullptr;
+  /// Per network tensor: the progress slots (DeviceBackend::host_output_progress_slots) of an
+  /// output the kernels store into mapped host memory, null for any other; empty: none.
+  std::span<uint32_t* const> progress = {};
 };
 
 /// Everything one enqueue of a network needs, by value (the work runs later).
@@ -59,6 +62,7 @@ struct NetworkLaunch {
   void* scratch = nullptr;
   std::vector<void*> states;
   DeviceContextState* context = nullptr;
+  std::vector<uint32_t*> progress;  ///< per tensor, as NodeArgs::progress (empty: none)
   int32_t profile = 0;
   /// Every input's shape is fixed by the profile (min == max): the device may capture the
   /// launch once and replay it (a CUDA graph) while the addresses stay the same.
@@ -142,6 +146,14 @@ class DeviceBackend {
     (void)net, (void)tactics, (void)output;
     return false;
   }
+  /// How many progress slots the kernels that store an output into mapped host memory
+  /// (writes_output_to_host) fill while the network runs, so that the host can copy the
+  /// output on as it lands (a session's pageable host outputs): uint32 each, in mapped host
+  /// memory that the caller zeroes before every call and binds with the output
+  /// (NetworkLaunch::progress). Each slot ends at the output's bytes; while the work runs,
+  /// every byte of the output below the least slot is stored and visible to the host. 0: the
+  /// device reports no progress (the output is whole once the work is done). The default: 0.
+  virtual int32_t host_output_progress_slots() const { return 0; }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.

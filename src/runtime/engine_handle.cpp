@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "gearbox/profile_guard.h"
 #include "ir/shape_inference.h"
+#include "runtime/host_progress.h"
 
 namespace gearbox::internal {
 namespace {
@@ -55,7 +56,23 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   }
   h->last_host_output_.resize(outputs, nullptr);
   h->host_route_.resize(outputs, -1);
+  for (size_t o = 0; o < outputs; ++o) h->progress_.emplace_back(nullptr, [](void*) {});
+  h->progress_count_ = h->engine_->device().host_output_progress_slots();
   return h;
+}
+
+uint32_t* EngineHandle::progress_slots(size_t o) {
+  if (progress_count_ <= 0 || pinned_unavailable_) return nullptr;
+  if (progress_[o] == nullptr) {
+    Result<DeviceBuffer> buf = engine_->device().allocate_pinned(int64_t{progress_count_} * 4);
+    if (!buf.ok() || *buf == nullptr) {
+      GEARBOX_LOG(kWarning, "no progress slots for output %zu: it is copied once the network is done", o);
+      progress_count_ = 0;
+      return nullptr;
+    }
+    progress_[o] = std::move(*buf);
+  }
+  return static_cast<uint32_t*>(progress_[o].get());
 }
 
 void* EngineHandle::pinned_staging(size_t b, int64_t bytes) {
@@ -247,8 +264,10 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
   // A host output: the caller's memory, its bytes, its binding, the page-locked buffer it
-  // lands in first (null: straight into the caller's memory), and whether the kernels write
-  // it there themselves (else a copy after the network does).
+  // lands in first (null: straight into the caller's memory), whether the kernels write it
+  // there themselves (else a copy after the network does), and where they do into the
+  // session's buffer, the slots through which they say how much of it is there (the bytes
+  // below `copied` are in the caller's memory already).
   struct HostCopy {
     void* dst;
     int64_t bytes;
@@ -256,6 +275,8 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     void* landed = nullptr;
     bool by_kernels = false;
     DeviceBackend::HostMemoryKind kind = DeviceBackend::HostMemoryKind::kPageable;  // of dst
+    uint32_t* progress = nullptr;
+    int64_t copied = 0;
   };
   std::vector<HostCopy> host_copies;
   host_copies.reserve(outputs.size());
@@ -283,20 +304,25 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
             c.by_kernels = true;
             c.landed = pinned;
             address = pinned;
+            c.progress = progress_slots(o);
           }
         }
       }
       last_host_output_[o] = c.dst;
-      const int route = c.by_kernels ? (c.landed != nullptr ? 2 : 1) : 0;
+      const int route = c.by_kernels ? (c.landed != nullptr ? (c.progress != nullptr ? 3 : 2) : 1) : 0;
       if (route != host_route_[o]) {
-        static constexpr const char* kRoutes[] = {"a copy after the network",
-                                                  "the kernels' stores into the caller's memory",
-                                                  "the kernels' stores into page-locked staging"};
+        static constexpr const char* kRoutes[] = {
+            "a copy after the network", "the kernels' stores into the caller's memory",
+            "the kernels' stores into page-locked staging",
+            "the kernels' stores into page-locked staging, copied on to the caller's memory as they land"};
         GEARBOX_LOG(kDebug, "output '%s' reaches host memory by %s", engine_->outputs()[o].name.c_str(),
                     kRoutes[route]);
         host_route_[o] = route;
       }
       host_copies.push_back(c);
+      GEARBOX_RETURN_IF_ERROR(context_->set_output_progress(o, c.progress));
+    } else {
+      GEARBOX_RETURN_IF_ERROR(context_->set_output_progress(o, nullptr));
     }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
   }
@@ -321,6 +347,11 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     }
     if (!copied.ok()) return drain(copied);
   }
+  // Progress slots start at 0 every call (nothing of the output is there yet); no earlier
+  // work of this session runs any more (step 1).
+  for (const HostCopy& c : host_copies) {
+    if (c.progress != nullptr) std::memset(c.progress, 0, static_cast<size_t>(progress_count_) * 4);
+  }
   if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
   // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
@@ -341,10 +372,35 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
                                                    c.bytes, stream);
     if (!copied.ok()) return drain(copied);
   }
+  // While the network runs, an output whose kernels say how much of it is there is copied on
+  // to the caller as it lands, so that only its last part waits for the drain. (A run that
+  // fails may leave the caller's memory partly written, as a failed call may.)
+  std::vector<LandingCopy> landing;
+  for (const HostCopy& c : host_copies) {
+    if (c.progress != nullptr) landing.push_back({c.progress, progress_count_, c.landed, c.dst, c.bytes});
+  }
+  if (!landing.empty() && stream.record(inflight_event_).ok()) {
+    for (;;) {
+      bool moved = false;
+      bool whole = true;
+      for (LandingCopy& l : landing) {
+        moved = copy_landed(l) || moved;
+        whole = whole && l.copied == l.bytes;
+      }
+      if (whole || (!moved && inflight_event_.query())) break;
+      if (!moved) spin_pause();
+    }
+    for (size_t i = 0, k = 0; i < host_copies.size(); ++i) {
+      if (host_copies[i].progress != nullptr) host_copies[i].copied = landing[k++].copied;
+    }
+  }
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(stream.synchronize());
   for (const HostCopy& c : host_copies) {
-    if (c.landed != nullptr) std::memcpy(c.dst, c.landed, static_cast<size_t>(c.bytes));
+    if (c.landed != nullptr) {
+      std::memcpy(static_cast<char*>(c.dst) + c.copied, static_cast<const char*>(c.landed) + c.copied,
+                  static_cast<size_t>(c.bytes - c.copied));
+    }
   }
   GEARBOX_RETURN_IF_ERROR(input_fault());
   if (ran_profile != nullptr) *ran_profile = sel.profile;

@@ -70,6 +70,10 @@ class EngineHandle {
   /// when the device has none to give (the CPU) or cannot give it now: the caller's host
   /// memory is then copied directly.
   void* pinned_staging(size_t b, int64_t bytes);
+  /// Output `o`'s progress slots (DeviceBackend::host_output_progress_slots, mapped host
+  /// memory allocated at its first use), or null where the device reports no progress or
+  /// cannot give the memory.
+  uint32_t* progress_slots(size_t o);
 
   mutable std::mutex mutex_;
   std::shared_ptr<const EngineCore> engine_;
@@ -91,6 +95,8 @@ class EngineHandle {
   std::vector<std::vector<bool>> writes_to_host_;
   std::vector<const void*> last_host_output_;  // per output: the caller's memory at its last host-memory call
   std::vector<int> host_route_;  // per output: how it reached host memory last (for a debug line when that changes)
+  std::vector<DeviceBuffer> progress_;  // per output: its progress slots, allocated at their first use
+  int32_t progress_count_ = 0;          // slots per output (0: the device reports no progress)
 };
 
 }  // namespace gearbox::internal

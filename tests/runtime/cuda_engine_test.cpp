@@ -485,7 +485,8 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
 // GEMV that no kernel reads back), a call's host logits are the GEMV's own stores: into the
 // caller's page-locked memory when it is the memory of the caller's previous call (a new
 // address keeps the copy, so that a caller alternating buffers does not make the decode
-// graph be captured again), into the session's page-locked staging for pageable memory.
+// graph be captured again), into the session's page-locked staging for pageable memory (copied
+// on to the caller's as the GEMV's progress slots say it lands).
 // Every route gives the bytes a device output gets, inside the view only; a cuBLASLt logits
 // linear keeps the copy.
 TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
@@ -593,6 +594,8 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
       switch (route) {
         case kPageable:
           EXPECT_EQ(stores("the kernels' stores into page-locked staging"), by_kernels ? 1 : 0);
+          EXPECT_EQ(stores("copied on to the caller's memory as they land"),
+                    by_kernels && dev.host_output_progress_slots() > 0 ? 1 : 0);
           EXPECT_EQ(captures, 1);
           break;
         case kSameLocked:  // the first call copies; from the second on the GEMV stores (one more capture)

@@ -265,6 +265,8 @@ std::vector<int64_t> shape_key(const NetworkLaunch& launch) {
   for (void* t : launch.tensors) key.push_back(address(t));
   for (void* st : launch.states) key.push_back(address(st));
   key.push_back(address(launch.scratch));
+  key.push_back(static_cast<int64_t>(launch.progress.size()));
+  for (const uint32_t* slots : launch.progress) key.push_back(address(slots));
   for (const Dims& d : launch.dims) {
     key.push_back(d.rank());
     for (int32_t i = 0; i < d.rank(); ++i) key.push_back(d[i]);
@@ -467,6 +469,24 @@ struct RoundedGateUp {
   int64_t ld = 0;
 };
 
+/// Progress slots of a host output stored by a GEMV (host_output_progress_slots): a GEMV with
+/// progress runs at most this many blocks, more than the resident grid of any geometry on an
+/// H200 (at most 4 blocks on each of 132 SMs).
+constexpr int32_t kHostProgressSlots = 1024;
+
+/// Every how many of its units a block of such a GEMV moves its progress slot (GemvProgress):
+/// GEARBOX_CUDA_HOST_PROGRESS=n for another n, =0 for no progress (a session copies a pageable
+/// host output after the drain). Each move waits for the block's stores to reach the host.
+constexpr int kHostProgressEvery = 8;
+int host_progress_every() {
+  static const int every = [] {
+    const char* v = std::getenv("GEARBOX_CUDA_HOST_PROGRESS");
+    return v == nullptr ? kHostProgressEvery : std::max(0, std::atoi(v));
+  }();
+  return every;
+}
+bool host_progress_enabled() { return host_progress_every() > 0; }
+
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
 /// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
 /// stacked_out (a linear with a kLinearStacked tactic): the stacked GEMM's output [M, sum N_i]
@@ -521,6 +541,12 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         return by_weight_type(type, [&](auto w) -> Status {
           using W = decltype(w);
           const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
+          // A host output the session copies on as it lands (host_output_progress_slots).
+          cuda::GemvProgress progress;
+          if (outs == 1 && !a.progress.empty()) {
+            progress = {a.progress[static_cast<size_t>(node.outputs[0])], kHostProgressSlots, host_progress_every()};
+            if (progress.slots == nullptr) progress = {};
+          }
           for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
             cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
             const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
@@ -528,10 +554,10 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
               targets[t] = {static_cast<const W*>(weights.ptr[wid(first + t)]), bias(first + t), out(first + t),
                             wdims(first + t)[0]};
             }
-            GEARBOX_RETURN_IF_ERROR(
-                cuda_check(cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream,
-                                               gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
-                           norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
+            GEARBOX_RETURN_IF_ERROR(cuda_check(
+                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream, gemv_geometry(tactic), 0,
+                                    norm != nullptr ? &norm_input : nullptr, progress),
+                norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
           }
           return Status();
         });
@@ -1394,7 +1420,7 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
 /// whole-step launch.
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
-  const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
+  const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context, launch.progress};
   bool scratch_input = false;
   std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
   const Step* head_norm = nullptr;  // the previous step (q / k norms and RoPE), for this step's attention
@@ -1995,6 +2021,10 @@ class CudaBackend final : public DeviceBackend {
     return false;
   }
 
+  int32_t host_output_progress_slots() const override {
+    return host_outputs_enabled() && host_progress_enabled() ? kHostProgressSlots : 0;
+  }
+
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
     {
@@ -2079,6 +2109,7 @@ class CudaBackend final : public DeviceBackend {
     std::vector<void*> key = launch.tensors;
     key.insert(key.end(), launch.states.begin(), launch.states.end());
     key.push_back(launch.scratch);
+    key.insert(key.end(), launch.progress.begin(), launch.progress.end());
     if (g.exec == nullptr || g.key != key) {
       Result<const WholeStep*> whole = prepare_whole_step(net, w, launch, state, state->steps, s);
       if (!whole.ok()) return whole.status();

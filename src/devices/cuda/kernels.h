@@ -149,15 +149,33 @@ struct GemvTarget {
   float* y = nullptr;
   int64_t n = 0;
 };
+/// Where a one-row launch of one target that stores y into mapped host memory says, while it
+/// runs, how much of y is there, so that the host can copy y on as it lands instead of after
+/// the launch (a pageable host output, engine_handle.cpp). `slots` is `count` uint32 of
+/// mapped host memory, zeroed by the host before the launch; the launch then runs at most
+/// `count` blocks, and slot b (b < count) holds a byte offset e into y such that every
+/// element of y below e that block b writes is stored and visible to the host (stored,
+/// then the slot written with a release at system scope), ending at the bytes of y. So y is
+/// there below the least slot. A block moves its slot after every `every` of its units (each
+/// a block's worth of rows) and after its last; slots of no block are set to the end by
+/// block 0 at its start.
+struct GemvProgress {
+  uint32_t* slots = nullptr;
+  int count = 0;
+  int every = 1;
+};
+
 /// Several weights sharing one x (fused QKV, gate+up) in one launch: count in [1, 4]
 /// targets (host array), each computed as gemv() would. All share K and W.
 /// norm_input (nullable): x is computed by the launch (GemvNormInput; x itself is not read
 /// and may be null); a launch gemv_norm_input_served does not serve, or unaligned
 /// pointers, or no output rows (nothing would write sum), is cudaErrorInvalidValue.
+/// progress (slots nullable): see GemvProgress; a launch with slots takes M = 1, one target
+/// of at most 2^30 - 1 rows, count >= 1 and every >= 1, else it is cudaErrorInvalidValue.
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
                        cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
-                       const GemvNormInput<W>* norm_input = nullptr);
+                       const GemvNormInput<W>* norm_input = nullptr, GemvProgress progress = {});
 
 /// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
 enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };

@@ -37,6 +37,11 @@
 //   forms sum and the normalized input there (two block reductions) and runs its units from
 //   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h,
 //   shared with the whole-step decode kernel).
+// - Progress (GemvProgress, M = 1 and one target): after every `every` units and its last,
+//   the block meets at a barrier and thread 0 moves the block's slot to its next unit's first
+//   output with a release store at system scope, so that the host can copy y out of mapped
+//   host memory as it lands (engine_handle.cpp). The release waits for the block's stores
+//   to reach the host: at every unit it cost the 1B's lm_head 60% (docs/PERFORMANCE.md).
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
@@ -77,6 +82,7 @@ struct GemvParams {
   int64_t K;
   GatedActivation activation;  // gemv_gated
   GemvNormInput<W> norm;       // kNorm launches
+  GemvProgress progress;       // slots null: none (M = 1, one target)
 };
 
 /// 16 bytes of W that no other thread writes, bypassing L1 (read once) with a 256-byte L2
@@ -87,6 +93,16 @@ __device__ __forceinline__ uint4 load_stream_16(const void* p) {
       : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
       : "l"(p));
   return v;
+}
+
+/// A progress slot's new value (GemvProgress), a store the host polls: relaxed (slots of no
+/// block), or a release at system scope, after which the host that reads the value finds every
+/// store ordered before it (the block's, through a barrier) in its memory.
+__device__ __forceinline__ void store_to_host(uint32_t* slot, uint32_t value) {
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(value) : "memory");
+}
+__device__ __forceinline__ void release_to_host(uint32_t* slot, uint32_t value) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(slot), "r"(value) : "memory");
 }
 
 /// A chunk of W: 16 bytes (kVec) or one element, with its load and its conversion to f32.
@@ -285,7 +301,15 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
   __shared__ float norm_red[kNorm ? 2 : 1][kGemvThreads / 32];
 
   int64_t block = blockIdx.x;
+  int units_done = 0;  // progress: units since the launch
   allow_next_kernel();
+  if (p.progress.slots != nullptr && blockIdx.x == 0) {
+    // Slots of no block: every element they vouch for (none) is there.
+    const auto end = static_cast<uint32_t>(p.n[0] * static_cast<int64_t>(sizeof(float)));
+    for (int b = static_cast<int>(gridDim.x) + static_cast<int>(threadIdx.x); b < p.progress.count; b += kGemvThreads) {
+      store_to_host(p.progress.slots + b, end);
+    }
+  }
   {
     // The first pass's weights depend on nothing the previous kernel writes: their loads
     // are in flight while it finishes (launch.h).
@@ -402,6 +426,18 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
         }
       }
     }
+    if (p.progress.slots != nullptr && (!more || ++units_done % p.progress.every == 0)) {
+      // The block's outputs so far are stored: after the barrier, thread 0's release store
+      // (cumulative: the other threads' stores before the barrier are ordered before it)
+      // moves the block's slot on to its next unit's first output (GemvProgress).
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / tpr) * kOutsPerGroup;
+        const int64_t below = more ? min(next_block * rows_per_block, p.n[0]) : p.n[0];
+        release_to_host(p.progress.slots + blockIdx.x,
+                        static_cast<uint32_t>(below * static_cast<int64_t>(sizeof(float))));
+      }
+    }
     if (!more) return;
     if (tpr != 32) __syncthreads();  // the leaders have read `partial` before it is written again
     block = next_block;
@@ -409,6 +445,9 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+/// Largest y a launch with progress slots serves: its bytes fit a slot.
+constexpr int64_t kGemvProgressMaxRows = (int64_t{1} << 30) - 1;
 
 /// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) the device holds at once: its occupancy
 /// times the SM count of the device current at the first call (no cap if either query fails).
@@ -460,6 +499,7 @@ void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStrea
     if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
   }
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
+  if (p.progress.slots != nullptr) blocks = std::min<int64_t>(blocks, p.progress.count);
   if constexpr (kNorm) {
     launch_kernel(gemv_kernel<W, M, true, kGated, R, U, true>, static_cast<unsigned>(blocks), kGemvThreads, shared,
                   stream, p);
@@ -534,9 +574,13 @@ bool norm_input_ok(const GemvNormInput<W>* n, int64_t M, int64_t K, bool vec) {
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
                        cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks,
-                       const GemvNormInput<W>* norm_input) {
+                       const GemvNormInput<W>* norm_input, GemvProgress progress) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
       !geometry_served(geometry, M) || max_blocks < 0) {
+    return cudaErrorInvalidValue;
+  }
+  if (progress.slots != nullptr && (M != 1 || count != 1 || progress.count < 1 || progress.every < 1 ||
+                                    targets[0].n < 0 || targets[0].n > kGemvProgressMaxRows)) {
     return cudaErrorInvalidValue;
   }
   if (M == 0) return cudaSuccess;
@@ -554,6 +598,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   }
   if (!norm_input_ok(norm_input, M, K, vec)) return cudaErrorInvalidValue;
   if (norm_input != nullptr) p.norm = *norm_input;
+  p.progress = progress;
   p.threads_per_row = threads_per_row(vec ? K / kVecElems : K, geometry.unroll);
   const int64_t rows_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * R;
   for (int i = 0; i < count; ++i) {
@@ -566,7 +611,8 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
     p.block_end[i] = p.total_blocks;
   }
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
-  if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;  // nothing writes sum
+  // Nothing would write sum. (An empty y with progress: the zeroed slots are its end already.)
+  if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;
   launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
   return cudaGetLastError();
 }
@@ -631,7 +677,7 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
                                GemvGeometry, int64_t);                                                                \
   template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
-                                     GemvGeometry, int64_t, const GemvNormInput<W>*);                                 \
+                                     GemvGeometry, int64_t, const GemvNormInput<W>*, GemvProgress);                   \
   template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
                                      float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t,          \
                                      const GemvNormInput<W>*);

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -960,6 +961,110 @@ TEST_F(CudaKernels, GemvStoresIntoPageLockedHostMemory) {
       }
     }
   }
+}
+
+// A one-row GEMV storing into page-locked host memory and saying how much of it is there
+// (GemvProgress), as the CUDA device runs a pageable host output: every geometry on awkward N
+// and the scalar path, then a long launch the host polls while it runs, checking at every
+// poll that the elements below the least slot are the final ones (bit for bit: the same
+// launch into device memory). At the end every slot holds y's bytes, and guard slots after
+// them are untouched.
+TEST_F(CudaKernels, GemvProgressSaysWhatIsStoredInHostMemory) {
+  struct Case {
+    int64_t N, K;
+    int lead;  // 1: misaligned x and weights (the scalar path)
+    int64_t max_blocks;
+    int every;  // units between a block's slot moves
+  };
+  const Case cases[] = {{1, 1152, 0, 0, 1},    {1000, 1152, 0, 0, 1},  {1000, 1152, 0, 3, 1},
+                        {1000, 1152, 0, 3, 4}, {4097, 64, 0, 0, 3},    {33, 13, 1, 0, 1},
+                        {7, 6912, 0, 0, 2},    {32768, 1152, 0, 7, 1}, {32768, 1152, 0, 7, 8}};
+  constexpr int kSlots = 40;  // fewer than most grids: the launch runs at most this many blocks
+  constexpr int kGuardSlotCount = 8;
+  constexpr uint32_t kSlotGuard = 0xdeadbeefu;
+  for (const cuda::GemvGeometry g : cuda::kGemvGeometries) {
+    for (const Case& c : cases) {
+      if (c.N > 4097 && !(g == cuda::GemvGeometry{4, 4})) continue;  // the long launch once
+      const std::vector<float> x = random_floats(c.K, 90);
+      std::vector<float> x_lead(static_cast<size_t>(c.lead), 0.0f);
+      x_lead.insert(x_lead.end(), x.begin(), x.end());
+      const Weights w = make_weights(DataType::kBF16, random_floats(c.N * c.K, 91), c.lead);
+      Floats d_x(x_lead), y_device = Floats::poisoned(c.N);
+      DeviceBuffer<uint8_t> d_w(w.bytes);
+      const __nv_bfloat16* wp = weight_ptr<__nv_bfloat16>(d_w, c.lead);
+      const std::string what = "gemv progress " + shape({{"N", c.N},
+                                                         {"K", c.K},
+                                                         {"lead", c.lead},
+                                                         {"rows", g.rows},
+                                                         {"unroll", g.unroll},
+                                                         {"max_blocks", c.max_blocks},
+                                                         {"every", c.every}});
+      // The reference: the same launch into device memory.
+      const cuda::GemvTarget<__nv_bfloat16> on_device{wp, nullptr, y_device.get(), c.N};
+      ASSERT_EQ(cudaSuccess,
+                cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_device, 1, 1, c.K, stream_, g, c.max_blocks))
+          << what;
+      sync();
+      const std::vector<float> want = y_device.download();
+      float* y_host = nullptr;
+      uint32_t* slots = nullptr;
+      ASSERT_EQ(cudaSuccess,
+                cudaHostAlloc(reinterpret_cast<void**>(&y_host), static_cast<size_t>(c.N) * 4, cudaHostAllocMapped));
+      ASSERT_EQ(cudaSuccess,
+                cudaHostAlloc(reinterpret_cast<void**>(&slots), (kSlots + kGuardSlotCount) * 4, cudaHostAllocMapped));
+      std::fill(y_host, y_host + c.N, kNaN);
+      std::fill(slots, slots + kSlots, 0u);
+      std::fill(slots + kSlots, slots + kSlots + kGuardSlotCount, kSlotGuard);
+      const cuda::GemvTarget<__nv_bfloat16> on_host{wp, nullptr, y_host, c.N};
+      ASSERT_EQ(cudaSuccess, cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_host, 1, 1, c.K, stream_, g,
+                                                             c.max_blocks, nullptr, {slots, kSlots, c.every}))
+          << what;
+      // While it runs: what the slots vouch for is final.
+      const auto least = [&] {
+        uint32_t v = UINT32_MAX;
+        for (int i = 0; i < kSlots; ++i) v = std::min(v, std::atomic_ref<uint32_t>(slots[i]).load());
+        return static_cast<int64_t>(v);
+      };
+      int64_t checked = 0;  // elements
+      int partial_polls = 0;
+      bool early_wrong = false;
+      for (;;) {
+        const bool done = cudaStreamQuery(stream_) != cudaErrorNotReady;
+        const int64_t there = std::min(least() / 4, c.N);
+        if (there > 0 && there < c.N) ++partial_polls;
+        for (; checked < there && !early_wrong; ++checked) {
+          early_wrong = std::memcmp(&y_host[checked], &want[static_cast<size_t>(checked)], 4) != 0;
+        }
+        if (done || early_wrong) break;
+      }
+      sync();
+      EXPECT_FALSE(early_wrong) << what << ": element " << checked - 1 << " was vouched for before it was stored";
+      EXPECT_EQ(0, std::memcmp(y_host, want.data(), static_cast<size_t>(c.N) * 4)) << what;
+      for (int i = 0; i < kSlots; ++i) EXPECT_EQ(slots[i], static_cast<uint32_t>(c.N * 4)) << what << ", slot " << i;
+      for (int i = kSlots; i < kSlots + kGuardSlotCount; ++i)
+        EXPECT_EQ(slots[i], kSlotGuard) << what << ", guard slot " << i;
+      if (c.N > 4097) std::printf("%s: %d polls found part of y there\n", what.c_str(), partial_polls);
+      CUDA_CHECK(cudaFreeHost(y_host));
+      CUDA_CHECK(cudaFreeHost(slots));
+    }
+  }
+  // Progress serves one row of one target, with slots.
+  Floats dummy = Floats::poisoned(16);
+  uint32_t slot = 0;
+  const cuda::GemvTarget<float> one{dummy.get(), nullptr, dummy.get(), 1};
+  const cuda::GemvTarget<float> two[2] = {one, one};
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 2, 1, stream_,
+                                                           cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1}))
+      << "two rows";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), two, 2, 1, 1, stream_,
+                                                           cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1}))
+      << "two targets";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, stream_,
+                                                           cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 0}))
+      << "no slots";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, stream_,
+                                                           cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1, 0}))
+      << "a slot never moved";
 }
 
 TEST_F(CudaKernels, GemvBlocksCountsEveryOutputsBlocks) {
