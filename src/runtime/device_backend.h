@@ -133,10 +133,6 @@ class DeviceBackend {
     (void)p, (void)bytes;
     return HostMemoryKind::kPageable;
   }
-  /// host_memory_kind is page-locked or mapped.
-  bool page_locked(const void* p, int64_t bytes) const {
-    return host_memory_kind(p, bytes) != HostMemoryKind::kPageable;
-  }
   /// Whether the kernels that `tactics` choose for `net` may write network output `output`
   /// (an index into net.outputs) straight into mapped host memory (host_memory_kind), so
   /// that the output crosses to the host on the kernel's own stores, overlapped with its

@@ -450,10 +450,12 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
   // Room for two rows of 97 logits plus one float, so that a view may start off the base.
   Result<HostMemory> host = cuda.engine.allocate_host((2 * 97 + 1) * 4);
   ASSERT_TRUE(host.ok()) << host.status().to_string();
-  EXPECT_TRUE((*dev)->page_locked(host->data(), host->bytes()));
+  using Kind = internal::DeviceBackend::HostMemoryKind;
+  EXPECT_NE((*dev)->host_memory_kind(host->data(), host->bytes()), Kind::kPageable);
   std::vector<float> pageable(97);
-  EXPECT_FALSE((*dev)->page_locked(pageable.data(), 97 * 4));
-  EXPECT_FALSE((*dev)->page_locked(host->data(), host->bytes() + 4096)) << "a range running past the allocation";
+  EXPECT_EQ((*dev)->host_memory_kind(pageable.data(), 97 * 4), Kind::kPageable);
+  EXPECT_EQ((*dev)->host_memory_kind(host->data(), host->bytes() + 4096), Kind::kPageable)
+      << "a range running past the allocation";
   auto* floats = static_cast<float*>(host->data());
   Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
   ASSERT_TRUE(gpu.ok() && ref.ok());
