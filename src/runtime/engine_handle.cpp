@@ -18,6 +18,10 @@ int64_t read_int(const void* data, DataType type, int64_t i) {
   return static_cast<const int32_t*>(data)[i];
 }
 
+/// An input's bytes in the packed input staging: rounded up to 64, so that every input starts
+/// as aligned as a buffer of its own would (DeviceBackend::allocate).
+int64_t packed_bytes(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
 std::string dims_list(std::span<const BindingInfo> bindings, std::span<const Dims> dims) {
   std::string s;
   for (size_t i = 0; i < dims.size(); ++i) s += (i > 0 ? ", " : "") + bindings[i].name + " " + dims[i].to_string();
@@ -39,14 +43,18 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   Result<std::shared_ptr<StreamImpl>> stream = h->engine_->device().create_stream();
   if (!stream.ok()) return stream.status();
   h->own_stream_ = std::move(*stream);
-  const size_t bindings = h->engine_->inputs().size() + h->engine_->outputs().size();
-  for (size_t b = 0; b < bindings; ++b) {
-    Result<DeviceBuffer> buf = h->engine_->device().allocate(h->engine_->binding_max_bytes(b));
-    if (!buf.ok()) return buf.status();
-    h->staging_.push_back(std::move(*buf));
-  }
-  h->pinned_.resize(bindings);
+  const size_t n_in = h->engine_->inputs().size();
   const size_t outputs = h->engine_->outputs().size();
+  for (size_t i = 0; i < n_in; ++i) h->input_staging_bytes_ += packed_bytes(h->engine_->binding_max_bytes(i));
+  Result<DeviceBuffer> inputs = h->engine_->device().allocate(h->input_staging_bytes_);
+  if (!inputs.ok()) return inputs.status();
+  h->input_staging_ = std::move(*inputs);
+  for (size_t o = 0; o < outputs; ++o) {
+    Result<DeviceBuffer> buf = h->engine_->device().allocate(h->engine_->binding_max_bytes(n_in + o));
+    if (!buf.ok()) return buf.status();
+    h->output_staging_.push_back(std::move(*buf));
+  }
+  h->pinned_.resize(outputs);
   h->writes_to_host_.resize(static_cast<size_t>(h->table_.size()));
   for (int32_t p = 0; p < h->table_.size(); ++p) {
     for (size_t o = 0; o < outputs; ++o) {
@@ -75,16 +83,36 @@ uint32_t* EngineHandle::progress_slots(size_t o) {
   return static_cast<uint32_t*>(progress_[o].get());
 }
 
-void* EngineHandle::pinned_staging(size_t b, int64_t bytes) {
+void* EngineHandle::input_pinned() {
   if (pinned_unavailable_) return nullptr;
-  Pinned& p = pinned_[b];
+  if (input_pinned_ != nullptr) return input_pinned_.get();
+  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(input_staging_bytes_);
+  if (!buf.ok()) {
+    GEARBOX_LOG(kWarning, "no page-locked staging for the inputs (%s): copying the caller's memory directly",
+                buf.status().to_string().c_str());
+    return nullptr;
+  }
+  if (*buf == nullptr) {
+    pinned_unavailable_ = true;
+    return nullptr;
+  }
+  // The padding between inputs is copied too: zeroed once, so that no copy reads
+  // uninitialized memory.
+  std::memset(buf->get(), 0, static_cast<size_t>(input_staging_bytes_));
+  input_pinned_ = std::move(*buf);
+  return input_pinned_.get();
+}
+
+void* EngineHandle::pinned_staging(size_t o, int64_t bytes) {
+  if (pinned_unavailable_) return nullptr;
+  Pinned& p = pinned_[o];
   if (p.buffer != nullptr && p.bytes >= bytes) return p.buffer.get();
-  // Grow geometrically up to the binding's largest size, so that alternating profiles do
+  // Grow geometrically up to the output's largest size, so that alternating profiles do
   // not reallocate on every call.
-  const int64_t want = std::max(bytes, std::min(2 * p.bytes, engine_->binding_max_bytes(b)));
+  const int64_t want = std::max(bytes, std::min(2 * p.bytes, engine_->binding_max_bytes(engine_->inputs().size() + o)));
   Result<DeviceBuffer> buf = engine_->device().allocate_pinned(want);
   if (!buf.ok()) {
-    GEARBOX_LOG(kWarning, "no page-locked staging for binding %zu (%s): copying the caller's memory directly", b,
+    GEARBOX_LOG(kWarning, "no page-locked staging for output %zu (%s): copying to the caller's memory directly", o,
                 buf.status().to_string().c_str());
     return nullptr;
   }
@@ -256,14 +284,23 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     GEARBOX_LOG(kDebug, "switched to profile %s", engine_->describe_profile(sel.profile).c_str());
   }
   if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kAfterSwitch));
-  // 7. Shapes, outputs, bindings.
+  // 7. Shapes, outputs, bindings. Host inputs are packed into the input staging in input
+  // order, each at the next 64-byte boundary, so that one copy carries them all (step 8);
+  // the same shapes give the same addresses, so a captured graph stays valid.
   const size_t n_in = inputs.size();
+  std::vector<int64_t> input_offset(n_in, 0);
+  int64_t packed = 0;  // bytes of the input staging in use
   for (size_t i = 0; i < n_in; ++i) {
     GEARBOX_RETURN_IF_ERROR(context_->set_input_shape(i, dims[i]));
-    void* address = inputs[i].memory == MemoryKind::kHost ? staging_[i].get() : inputs[i].data;
+    void* address = inputs[i].data;
+    if (inputs[i].memory == MemoryKind::kHost) {
+      input_offset[i] = packed;
+      address = static_cast<char*>(input_staging_.get()) + packed;
+      packed += packed_bytes(ir::tensor_bytes(dims[i], inputs[i].dtype));
+    }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
-  // A host output: the caller's memory, its bytes, its binding, the page-locked buffer it
+  // A host output: the caller's memory, its bytes, its output index, the page-locked buffer it
   // lands in first (null: straight into the caller's memory), whether the kernels write it
   // there themselves (else a copy after the network does), and where they do into the
   // session's buffer, the slots through which they say how much of it is there (the bytes
@@ -271,7 +308,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   struct HostCopy {
     void* dst;
     int64_t bytes;
-    size_t binding;
+    size_t output;
     void* landed = nullptr;
     bool by_kernels = false;
     DeviceBackend::HostMemoryKind kind = DeviceBackend::HostMemoryKind::kPageable;  // of dst
@@ -287,9 +324,9 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
     void* address = *target;
     if (outputs[o].memory == MemoryKind::kHost) {
-      HostCopy c{address, ir::tensor_bytes(*shape, outputs[o].dtype), n_in + o};
+      HostCopy c{address, ir::tensor_bytes(*shape, outputs[o].dtype), o};
       c.kind = engine_->device().host_memory_kind(c.dst, c.bytes);
-      address = staging_[n_in + o].get();
+      address = output_staging_[o].get();
       // Where the device's kernels can store the output into mapped host memory, they do:
       // into the caller's own memory when it is mapped and the same as at the last call
       // (a new address would make a captured graph be captured again, so a caller that
@@ -300,7 +337,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
           c.by_kernels = true;
           address = c.dst;
         } else if (c.kind == DeviceBackend::HostMemoryKind::kPageable) {
-          if (void* pinned = pinned_staging(c.binding, c.bytes); pinned != nullptr) {
+          if (void* pinned = pinned_staging(c.output, c.bytes); pinned != nullptr) {
             c.by_kernels = true;
             c.landed = pinned;
             address = pinned;
@@ -335,17 +372,24 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     inflight_pending_ = false;
     return s;
   };
+  // Through page-locked memory, packed as in the input staging: one copy for all of them.
+  char* const pinned = packed > 0 ? static_cast<char*>(input_pinned()) : nullptr;
   for (size_t i = 0; i < n_in; ++i) {
     if (inputs[i].memory != MemoryKind::kHost) continue;
     const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
-    Status copied;
-    if (void* pinned = pinned_staging(i, bytes); pinned != nullptr) {
-      std::memcpy(pinned, inputs[i].data, static_cast<size_t>(bytes));
-      copied = engine_->device().enqueue_copy(staging_[i].get(), pinned, bytes, stream);
-    } else {
-      copied = engine_->device().copy_from_host(staging_[i].get(), inputs[i].data, bytes, stream);
+    if (pinned != nullptr) {
+      std::memcpy(pinned + input_offset[i], inputs[i].data, static_cast<size_t>(bytes));
+      continue;
     }
-    if (!copied.ok()) return drain(copied);
+    void* const dst = static_cast<char*>(input_staging_.get()) + input_offset[i];
+    if (Status copied = engine_->device().copy_from_host(dst, inputs[i].data, bytes, stream); !copied.ok()) {
+      return drain(copied);
+    }
+  }
+  if (pinned != nullptr) {
+    if (Status copied = engine_->device().enqueue_copy(input_staging_.get(), pinned, packed, stream); !copied.ok()) {
+      return drain(copied);
+    }
   }
   // Progress slots start at 0 every call (nothing of the output is there yet); no earlier
   // work of this session runs any more (step 1).
@@ -366,10 +410,10 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   // caller's memory.
   for (HostCopy& c : host_copies) {
     if (c.by_kernels) continue;
-    c.landed = c.kind != DeviceBackend::HostMemoryKind::kPageable ? nullptr : pinned_staging(c.binding, c.bytes);
+    c.landed = c.kind != DeviceBackend::HostMemoryKind::kPageable ? nullptr : pinned_staging(c.output, c.bytes);
     // The network is in flight: never return with it untracked.
-    Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst, staging_[c.binding].get(),
-                                                   c.bytes, stream);
+    Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst,
+                                                   output_staging_[c.output].get(), c.bytes, stream);
     if (!copied.ok()) return drain(copied);
   }
   // While the network runs, an output whose kernels say how much of it is there is copied on

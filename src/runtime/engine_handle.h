@@ -11,7 +11,8 @@
 //   6 switch only when the profile changed; mark in-flight right after the switch
 //   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
 //     through staging buffers, or written by the kernels where the device can: see execute)
-//   8 copy host inputs in (through page-locked host memory where the device has it), enqueue
+//   8 copy host inputs in (packed into page-locked host memory where the device has it,
+//     one copy for all of them), enqueue
 //   9 host outputs: copy back, drain and report a bad device-resident input the kernels met
 //     (DeviceBackend::take_input_fault); otherwise record the in-flight event and return
 //     (the next wait reports it)
@@ -66,10 +67,13 @@ class EngineHandle {
   Status input_fault();
   Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
-  /// Page-locked host memory of at least `bytes` for binding `b` (grown on demand), or null
-  /// when the device has none to give (the CPU) or cannot give it now: the caller's host
-  /// memory is then copied directly.
-  void* pinned_staging(size_t b, int64_t bytes);
+  /// Page-locked host memory of at least `bytes` for output `o` (grown on demand), or null
+  /// when the device has none to give (the CPU) or cannot give it now: the output is then
+  /// copied to the caller's host memory directly.
+  void* pinned_staging(size_t o, int64_t bytes);
+  /// Page-locked host memory laid out as input_staging_ (allocated at its first use), or
+  /// null as for pinned_staging: each host input is then copied on its own.
+  void* input_pinned();
   /// Output `o`'s progress slots (DeviceBackend::host_output_progress_slots, mapped host
   /// memory allocated at its first use), or null where the device reports no progress or
   /// cannot give the memory.
@@ -83,12 +87,17 @@ class EngineHandle {
   ProfileTable table_;  // the engine's profiles with `active` tracking the context
   Event inflight_event_;
   bool inflight_pending_ = false;
-  std::vector<DeviceBuffer> staging_;  // per binding (inputs then outputs), sized for the largest profile
+  // Host inputs, packed in input order at 64-byte boundaries (execute, step 7), so that one
+  // copy carries them all; sized for every input at its largest.
+  DeviceBuffer input_staging_{nullptr, [](void*) {}};
+  int64_t input_staging_bytes_ = 0;
+  DeviceBuffer input_pinned_{nullptr, [](void*) {}};  // its page-locked twin (input_pinned)
+  std::vector<DeviceBuffer> output_staging_;          // per output, sized for the largest profile
   struct Pinned {
     DeviceBuffer buffer{nullptr, [](void*) {}};
     int64_t bytes = 0;
   };
-  std::vector<Pinned> pinned_;  // per binding, allocated at its first host-memory use
+  std::vector<Pinned> pinned_;  // per output, allocated at its first host-memory use
   bool pinned_unavailable_ = false;
   // Per profile, per output: the device's kernels may write it straight into mapped host
   // memory (DeviceBackend::writes_output_to_host).

@@ -422,7 +422,7 @@ TEST(CudaEngine, HostInputsMayBeReusedOnceARunReturns) {
   ASSERT_TRUE(fresh.ok());
   EXPECT_LT(relative_error(got, run(*fresh, TokenInputs({2, 17, 40, 5, 66, 81}, 0), ProfileRequest::named("prefill"))),
             1e-4);
-  // Token ids in host memory, positions already on the device: each host input copied alone.
+  // Token ids in host memory, positions already on the device: only the host input is staged.
   Result<Session> mixed = Session::create(cuda.engine);
   ASSERT_TRUE(mixed.ok());
   const TokenInputs host_in({2, 17, 40, 5, 66, 81}, 0);
