@@ -150,6 +150,10 @@ class DeviceBackend {
   /// every byte of the output below the least slot is stored and visible to the host. 0: the
   /// device reports no progress (the output is whole once the work is done). The default: 0.
   virtual int32_t host_output_progress_slots() const { return 0; }
+  /// The smallest host output (bytes) that a session should copy on as it lands: below it,
+  /// what the progress costs the kernels and the host outweighs the copy after the drain
+  /// that it would hide. The default: 0.
+  virtual int64_t host_output_progress_min_bytes() const { return 0; }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
   /// A new stream on this device.

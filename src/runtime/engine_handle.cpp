@@ -66,6 +66,7 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   h->host_route_.resize(outputs, -1);
   for (size_t o = 0; o < outputs; ++o) h->progress_.emplace_back(nullptr, [](void*) {});
   h->progress_count_ = h->engine_->device().host_output_progress_slots();
+  h->progress_min_bytes_ = h->engine_->device().host_output_progress_min_bytes();
   return h;
 }
 
@@ -341,7 +342,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
             c.by_kernels = true;
             c.landed = pinned;
             address = pinned;
-            c.progress = progress_slots(o);
+            c.progress = c.bytes >= progress_min_bytes_ ? progress_slots(o) : nullptr;
           }
         }
       }

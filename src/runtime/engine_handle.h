@@ -106,6 +106,7 @@ class EngineHandle {
   std::vector<int> host_route_;  // per output: how it reached host memory last (for a debug line when that changes)
   std::vector<DeviceBuffer> progress_;  // per output: its progress slots, allocated at their first use
   int32_t progress_count_ = 0;          // slots per output (0: the device reports no progress)
+  int64_t progress_min_bytes_ = 0;      // the smallest output that takes its slots
 };
 
 }  // namespace gearbox::internal

@@ -488,16 +488,18 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
 // caller's page-locked memory when it is the memory of the caller's previous call (a new
 // address keeps the copy, so that a caller alternating buffers does not make the decode
 // graph be captured again), into the session's page-locked staging for pageable memory (copied
-// on to the caller's as the GEMV's progress slots say it lands).
+// on to the caller's as the GEMV's progress slots say it lands, where the logits are large
+// enough for that to pay: DeviceBackend::host_output_progress_min_bytes).
 // Every route gives the bytes a device output gets, inside the view only; a cuBLASLt logits
-// linear keeps the copy.
-TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
-  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+// linear keeps the copy. The tiny model with `vocab` logits.
+void check_host_logits_routes(int64_t vocab) {
   Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
   ASSERT_TRUE(device.ok());
   const internal::DeviceBackend& dev = **device;
   models::Gemma3Config c = tiny_config();
   c.dtype = DataType::kBF16;
+  c.vocab = vocab;
+  const bool copied_on = dev.host_output_progress_slots() > 0 && vocab * 4 >= dev.host_output_progress_min_bytes();
   models::RandomWeights random(11);
   Result<models::BuiltModel> model = models::build_gemma3(c, random);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -596,8 +598,7 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
       switch (route) {
         case kPageable:
           EXPECT_EQ(stores("the kernels' stores into page-locked staging"), by_kernels ? 1 : 0);
-          EXPECT_EQ(stores("copied on to the caller's memory as they land"),
-                    by_kernels && dev.host_output_progress_slots() > 0 ? 1 : 0);
+          EXPECT_EQ(stores("copied on to the caller's memory as they land"), by_kernels && copied_on ? 1 : 0);
           EXPECT_EQ(captures, 1);
           break;
         case kSameLocked:  // the first call copies; from the second on the GEMV stores (one more capture)
@@ -620,6 +621,23 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
   EXPECT_FALSE(dev.writes_output_to_host(read_back, gemv, 0));
   EXPECT_FALSE(dev.writes_output_to_host(net, gemv, 1));
   EXPECT_FALSE(dev.writes_output_to_host(net, std::span(gemv).first(head), 0)) << "too few tactics";
+}
+
+TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  check_host_logits_routes(97);
+}
+
+// Logits of 256 KiB and more (65539 x 4 bytes) are copied on to pageable memory as they land.
+TEST(CudaEngine, LargeHostLogitsAreCopiedOnAsTheyLand) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(device.ok());
+  constexpr int64_t kVocab = 65539;
+  if ((*device)->host_output_progress_slots() > 0) {
+    ASSERT_GE(kVocab * 4, (*device)->host_output_progress_min_bytes()) << "the test's logits no longer take the route";
+  }
+  check_host_logits_routes(kVocab);
 }
 
 TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {

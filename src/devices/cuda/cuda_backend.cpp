@@ -487,6 +487,14 @@ int host_progress_every() {
 }
 bool host_progress_enabled() { return host_progress_every() > 0; }
 
+/// The smallest pageable host output a session copies on as it lands
+/// (host_output_progress_min_bytes). The progress costs a call a few microseconds however
+/// small the output (the mini's 8 KB logits through the ExecuTorch delegate on the H200:
+/// 0.0722 ms/token with it, 0.0696 without) while the copy after the drain it hides takes
+/// ~1 us per 10-18 KB (the 1B's 1 MB logits: 56-117 us, 35 of them hidden; PERFORMANCE.md,
+/// 2026-12-02 fifth and sixth): from 256 KiB on, the copy is several times the cost.
+constexpr int64_t kHostProgressMinBytes = int64_t{256} << 10;
+
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
 /// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
 /// stacked_out (a linear with a kLinearStacked tactic): the stacked GEMM's output [M, sum N_i]
@@ -2024,6 +2032,8 @@ class CudaBackend final : public DeviceBackend {
   int32_t host_output_progress_slots() const override {
     return host_outputs_enabled() && host_progress_enabled() ? kHostProgressSlots : 0;
   }
+
+  int64_t host_output_progress_min_bytes() const override { return kHostProgressMinBytes; }
 
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
