@@ -70,58 +70,52 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   return h;
 }
 
+bool EngineHandle::take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what) {
+  if (pinned_unavailable_) return false;
+  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(bytes);
+  if (!buf.ok()) {
+    GEARBOX_LOG(kWarning, "no page-locked memory for %s (%s)", what.c_str(), buf.status().to_string().c_str());
+    return false;
+  }
+  if (*buf == nullptr) {
+    pinned_unavailable_ = true;
+    return false;
+  }
+  into = std::move(*buf);
+  return true;
+}
+
 uint32_t* EngineHandle::progress_slots(size_t o) {
-  if (progress_count_ <= 0 || pinned_unavailable_) return nullptr;
-  if (progress_[o] == nullptr) {
-    Result<DeviceBuffer> buf = engine_->device().allocate_pinned(int64_t{progress_count_} * 4);
-    if (!buf.ok() || *buf == nullptr) {
-      GEARBOX_LOG(kWarning, "no progress slots for output %zu: it is copied once the network is done", o);
-      progress_count_ = 0;
-      return nullptr;
-    }
-    progress_[o] = std::move(*buf);
+  if (progress_count_ <= 0) return nullptr;
+  if (progress_[o] == nullptr &&
+      !take_pinned(progress_[o], int64_t{progress_count_} * 4,
+                   "the progress slots of output " + std::to_string(o) + ": it is copied once the network is done")) {
+    progress_count_ = 0;
+    return nullptr;
   }
   return static_cast<uint32_t*>(progress_[o].get());
 }
 
 void* EngineHandle::input_pinned() {
-  if (pinned_unavailable_) return nullptr;
   if (input_pinned_ != nullptr) return input_pinned_.get();
-  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(input_staging_bytes_);
-  if (!buf.ok()) {
-    GEARBOX_LOG(kWarning, "no page-locked staging for the inputs (%s): copying the caller's memory directly",
-                buf.status().to_string().c_str());
-    return nullptr;
-  }
-  if (*buf == nullptr) {
-    pinned_unavailable_ = true;
+  if (!take_pinned(input_pinned_, input_staging_bytes_, "the inputs: copying the caller's memory directly")) {
     return nullptr;
   }
   // The padding between inputs is copied too: zeroed once, so that no copy reads
   // uninitialized memory.
-  std::memset(buf->get(), 0, static_cast<size_t>(input_staging_bytes_));
-  input_pinned_ = std::move(*buf);
+  std::memset(input_pinned_.get(), 0, static_cast<size_t>(input_staging_bytes_));
   return input_pinned_.get();
 }
 
 void* EngineHandle::pinned_staging(size_t o, int64_t bytes) {
-  if (pinned_unavailable_) return nullptr;
   Pinned& p = pinned_[o];
   if (p.buffer != nullptr && p.bytes >= bytes) return p.buffer.get();
   // Grow geometrically up to the output's largest size, so that alternating profiles do
   // not reallocate on every call.
   const int64_t want = std::max(bytes, std::min(2 * p.bytes, engine_->binding_max_bytes(engine_->inputs().size() + o)));
-  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(want);
-  if (!buf.ok()) {
-    GEARBOX_LOG(kWarning, "no page-locked staging for output %zu (%s): copying to the caller's memory directly", o,
-                buf.status().to_string().c_str());
+  if (!take_pinned(p.buffer, want, "output " + std::to_string(o) + ": copying to the caller's memory directly")) {
     return nullptr;
   }
-  if (*buf == nullptr) {
-    pinned_unavailable_ = true;
-    return nullptr;
-  }
-  p.buffer = std::move(*buf);
   p.bytes = want;
   return p.buffer.get();
 }
@@ -301,20 +295,17 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
-  // A host output: the caller's memory, its bytes, its output index, the page-locked buffer it
-  // lands in first (null: straight into the caller's memory), whether the kernels write it
-  // there themselves (else a copy after the network does), and where they do into the
-  // session's buffer, the slots through which they say how much of it is there (the bytes
-  // below `copied` are in the caller's memory already).
+  // A host output: its output index, whether the kernels write it themselves (else a copy
+  // after the network does), the kind of the caller's memory, and in `arrival` the caller's
+  // memory, its bytes, the page-locked buffer it lands in first (null: straight into the
+  // caller's memory) and, where the kernels store into the session's buffer and say how much
+  // of it is there, their progress slots (the bytes below arrival.copied are in the caller's
+  // memory already).
   struct HostCopy {
-    void* dst;
-    int64_t bytes;
-    size_t output;
-    void* landed = nullptr;
+    size_t output = 0;
     bool by_kernels = false;
-    DeviceBackend::HostMemoryKind kind = DeviceBackend::HostMemoryKind::kPageable;  // of dst
-    uint32_t* progress = nullptr;
-    int64_t copied = 0;
+    DeviceBackend::HostMemoryKind kind = DeviceBackend::HostMemoryKind::kPageable;  // of arrival.dst
+    LandingCopy arrival;
   };
   std::vector<HostCopy> host_copies;
   host_copies.reserve(outputs.size());
@@ -325,29 +316,34 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
     void* address = *target;
     if (outputs[o].memory == MemoryKind::kHost) {
-      HostCopy c{address, ir::tensor_bytes(*shape, outputs[o].dtype), o};
-      c.kind = engine_->device().host_memory_kind(c.dst, c.bytes);
+      HostCopy c;
+      c.output = o;
+      LandingCopy& a = c.arrival;
+      a.dst = address;
+      a.bytes = ir::tensor_bytes(*shape, outputs[o].dtype);
+      c.kind = engine_->device().host_memory_kind(a.dst, a.bytes);
       address = output_staging_[o].get();
       // Where the device's kernels can store the output into mapped host memory, they do:
       // into the caller's own memory when it is mapped and the same as at the last call
       // (a new address would make a captured graph be captured again, so a caller that
       // alternates buffers keeps the copy), else into the session's page-locked staging
       // (mapped: allocate_pinned) when the caller's memory is pageable.
-      if (writes_to_host_[static_cast<size_t>(sel.profile)][o] && c.bytes > 0) {
-        if (c.kind == DeviceBackend::HostMemoryKind::kMapped && c.dst == last_host_output_[o]) {
+      if (writes_to_host_[static_cast<size_t>(sel.profile)][o] && a.bytes > 0) {
+        if (c.kind == DeviceBackend::HostMemoryKind::kMapped && a.dst == last_host_output_[o]) {
           c.by_kernels = true;
-          address = c.dst;
+          address = a.dst;
         } else if (c.kind == DeviceBackend::HostMemoryKind::kPageable) {
-          if (void* pinned = pinned_staging(c.output, c.bytes); pinned != nullptr) {
+          if (void* pinned = pinned_staging(o, a.bytes); pinned != nullptr) {
             c.by_kernels = true;
-            c.landed = pinned;
+            a.landed = pinned;
             address = pinned;
-            c.progress = c.bytes >= progress_min_bytes_ ? progress_slots(o) : nullptr;
+            a.slots = a.bytes >= progress_min_bytes_ ? progress_slots(o) : nullptr;
+            a.count = a.slots != nullptr ? progress_count_ : 0;
           }
         }
       }
-      last_host_output_[o] = c.dst;
-      const int route = c.by_kernels ? (c.landed != nullptr ? (c.progress != nullptr ? 3 : 2) : 1) : 0;
+      last_host_output_[o] = a.dst;
+      const int route = c.by_kernels ? (a.landed != nullptr ? (a.slots != nullptr ? 3 : 2) : 1) : 0;
       if (route != host_route_[o]) {
         static constexpr const char* kRoutes[] = {
             "a copy after the network", "the kernels' stores into the caller's memory",
@@ -358,7 +354,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
         host_route_[o] = route;
       }
       host_copies.push_back(c);
-      GEARBOX_RETURN_IF_ERROR(context_->set_output_progress(o, c.progress));
+      GEARBOX_RETURN_IF_ERROR(context_->set_output_progress(o, a.slots));
     } else {
       GEARBOX_RETURN_IF_ERROR(context_->set_output_progress(o, nullptr));
     }
@@ -395,7 +391,7 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   // Progress slots start at 0 every call (nothing of the output is there yet); no earlier
   // work of this session runs any more (step 1).
   for (const HostCopy& c : host_copies) {
-    if (c.progress != nullptr) std::memset(c.progress, 0, static_cast<size_t>(progress_count_) * 4);
+    if (c.arrival.slots != nullptr) std::memset(c.arrival.slots, 0, static_cast<size_t>(c.arrival.count) * 4);
   }
   if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
@@ -411,40 +407,40 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   // caller's memory.
   for (HostCopy& c : host_copies) {
     if (c.by_kernels) continue;
-    c.landed = c.kind != DeviceBackend::HostMemoryKind::kPageable ? nullptr : pinned_staging(c.output, c.bytes);
+    LandingCopy& a = c.arrival;
+    void* const landed =
+        c.kind != DeviceBackend::HostMemoryKind::kPageable ? nullptr : pinned_staging(c.output, a.bytes);
+    a.landed = landed;
     // The network is in flight: never return with it untracked.
-    Status copied = engine_->device().enqueue_copy(c.landed != nullptr ? c.landed : c.dst,
-                                                   output_staging_[c.output].get(), c.bytes, stream);
+    Status copied = engine_->device().enqueue_copy(landed != nullptr ? landed : a.dst, output_staging_[c.output].get(),
+                                                   a.bytes, stream);
     if (!copied.ok()) return drain(copied);
   }
   // While the network runs, an output whose kernels say how much of it is there is copied on
   // to the caller as it lands, so that only its last part waits for the drain. (A run that
   // fails may leave the caller's memory partly written, as a failed call may.)
-  std::vector<LandingCopy> landing;
-  for (const HostCopy& c : host_copies) {
-    if (c.progress != nullptr) landing.push_back({c.progress, progress_count_, c.landed, c.dst, c.bytes});
-  }
-  if (!landing.empty() && stream.record(inflight_event_).ok()) {
+  const bool any_slots =
+      std::any_of(host_copies.begin(), host_copies.end(), [](const HostCopy& c) { return c.arrival.slots != nullptr; });
+  if (any_slots && stream.record(inflight_event_).ok()) {
     for (;;) {
       bool moved = false;
       bool whole = true;
-      for (LandingCopy& l : landing) {
-        moved = copy_landed(l) || moved;
-        whole = whole && l.copied == l.bytes;
+      for (HostCopy& c : host_copies) {
+        if (c.arrival.slots == nullptr) continue;
+        moved = copy_landed(c.arrival) || moved;
+        whole = whole && c.arrival.copied == c.arrival.bytes;
       }
       if (whole || (!moved && inflight_event_.query())) break;
       if (!moved) spin_pause();
-    }
-    for (size_t i = 0, k = 0; i < host_copies.size(); ++i) {
-      if (host_copies[i].progress != nullptr) host_copies[i].copied = landing[k++].copied;
     }
   }
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(stream.synchronize());
   for (const HostCopy& c : host_copies) {
-    if (c.landed != nullptr) {
-      std::memcpy(static_cast<char*>(c.dst) + c.copied, static_cast<const char*>(c.landed) + c.copied,
-                  static_cast<size_t>(c.bytes - c.copied));
+    const LandingCopy& a = c.arrival;
+    if (a.landed != nullptr) {
+      std::memcpy(static_cast<char*>(a.dst) + a.copied, static_cast<const char*>(a.landed) + a.copied,
+                  static_cast<size_t>(a.bytes - a.copied));
     }
   }
   GEARBOX_RETURN_IF_ERROR(input_fault());

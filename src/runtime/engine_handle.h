@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gearbox/engine.h"
@@ -67,6 +68,10 @@ class EngineHandle {
   Status input_fault();
   Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+  /// Page-locked host memory of `bytes` into `into`, or false: where the device has none to
+  /// give (the CPU; pinned_unavailable_ from then on), or cannot give it now (a warning that
+  /// names `what` the memory was for).
+  bool take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what);
   /// Page-locked host memory of at least `bytes` for output `o` (grown on demand), or null
   /// when the device has none to give (the CPU) or cannot give it now: the output is then
   /// copied to the caller's host memory directly.
