@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks, on a machine with an NVIDIA GPU, from prebuilt binaries:
 #   bench/gpu/run_gpu_checks.sh BIN_DIR OUT_DIR
-# BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, devices_gpu_test, cuda_kernels_bench (and
-# lib/ with shared libraries they need); OUT_DIR receives logs and JSON. Needs python3
-# with torch and transformers for the HF comparison on the Gemma-3-1B shape.
+# BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, devices_gpu_test, cuda_kernels_bench,
+# cublaslt_sanitizer_probe (and lib/ with shared libraries they need); OUT_DIR receives logs
+# and JSON. Needs python3 with torch and transformers for the HF comparison on the Gemma-3-1B
+# shape.
 # With GEARBOX_PTE_DIR (programs and reference.json from tests/executorch/
 # make_test_programs.py) and delegate_test, multi_profile_main, multi_profile_benchmark in
 # BIN_DIR, the ExecuTorch delegate runs on the CUDA device too. With GEARBOX_KEEP_ENGINE=PATH
@@ -35,6 +36,28 @@ check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_t
 tail -n 3 "$out/racecheck.log"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_engine_test" --gtest_brief=1 >"$out/memcheck_engine.log" 2>&1
 tail -n 1 "$out/memcheck_engine.log"
+# cuBLASLt alone under the sanitizers (cublaslt_sanitizer_probe): its sm_90 GEMM kernels
+# report shared-memory hazards of their own under racecheck, and initcheck does not see their
+# stores, so it flags whatever reads a GEMM's output (docs/PERFORMANCE.md, 2026-12-02
+# eighth). Checked here: the probe's GEMMs write every output, and initcheck flags a buffer
+# nothing wrote and passes one that was written. The GEMM cases under the two tools are logged,
+# not checked, so that a cuBLASLt or sanitizer release that changes this shows in the logs.
+probe="$bin/cublaslt_sanitizer_probe"
+check compute-sanitizer --tool initcheck --error-exitcode 9 "$probe" control written >"$out/initcheck_probe.log" 2>&1
+if compute-sanitizer --tool initcheck --error-exitcode 9 "$probe" control unwritten >>"$out/initcheck_probe.log" 2>&1; then
+  echo "FAILED: initcheck did not flag a read of memory nothing wrote"
+  status=1
+fi
+for gemm in "17 1152 6912 f32 0" "96 6912 1152 bf16 0"; do
+  # shellcheck disable=SC2086  # M N K OUT INDEX, five arguments
+  check "$probe" gemm $gemm
+  for tool in initcheck racecheck; do
+    # shellcheck disable=SC2086
+    compute-sanitizer --tool $tool --show-backtrace no --print-limit 3 "$probe" gemm $gemm >>"$out/${tool}_probe.log" 2>&1
+  done
+done
+grep -h -m1 '^cublasLt ' "$out/initcheck_probe.log"
+grep -h 'gemm M=\|SUMMARY\|Error:' "$out/initcheck_probe.log" "$out/racecheck_probe.log"
 
 step "mini Gemma-3 on CUDA: scenario, parity with the CPU device and HF"
 check "$gearbox" build --mini -o "$work/mini_cuda.gbx" --device cuda
