@@ -3,18 +3,18 @@
 // reports over the engine suite can be told apart between cuBLASLt's kernels and ours
 // (docs/PERFORMANCE.md, 2026-12-02 (eighth)).
 //
-//   cublaslt_sanitizer_probe list M N K OUT          # the heuristics, OUT = f32 | bf16
-//   cublaslt_sanitizer_probe gemm M N K OUT INDEX    # heuristic INDEX, then a reading kernel
+//   cublaslt_sanitizer_probe gemm M N K OUT INDEX    # OUT = f32 | bf16, heuristic INDEX
 //   cublaslt_sanitizer_probe control written | unwritten
 //
-// `gemm`: x [M, K] f32 and W [N, K] bf16 (seeded) are copied in; y [M, N] is a fresh
-// allocation nothing else writes; the GEMM runs through CublasLtGemm (x rounded to bf16 by our
-// conversion kernel, then run_converted or run_converted_rounded with heuristic INDEX), then
-// cuda::add (f32 y) or cuda::gated_activation_rows (bf16 y) reads every element of y. y is
-// copied back and checked against a CPU GEMM of the rounded operands, so a run that passes
-// shows that the GEMM wrote every element. `control`: y written by cudaMemset, or never
-// written, then read by cuda::add: the second must be reported by initcheck and the first
-// must not. Exit status 0 when the checks pass, 1 otherwise, 2 on a usage error.
+// `gemm` prints cuBLASLt's version and its heuristics for the shape. Then x [M, K] f32 and
+// W [N, K] bf16 (seeded) are copied in; y [M, N] is a fresh allocation nothing else writes;
+// the GEMM runs through CublasLtGemm (x rounded to bf16 by our conversion kernel, then
+// run_converted or run_converted_rounded with heuristic INDEX), then cuda::add (f32 y) or
+// cuda::gated_activation_rows (bf16 y) reads every element of y. y is copied back and
+// checked against a CPU GEMM of the rounded operands, so a run that passes shows that the
+// GEMM wrote every element. `control`: y written by cudaMemset, or never written, then read
+// by cuda::add: the second must be reported by initcheck and the first must not. Exit status
+// 0 when the checks pass, 1 otherwise, 2 on a usage error.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -87,7 +87,7 @@ int control(const std::string& which) {
   return 0;
 }
 
-int probe(bool run, int64_t M, int64_t N, int64_t K, DataType out_type, int index) {
+int probe(int64_t M, int64_t N, int64_t K, DataType out_type, int index) {
   auto gemm = cuda::CublasLtGemm::create();
   if (!ok(gemm.status(), "CublasLtGemm::create")) return 1;
   std::printf("%s\n", cuda::CublasLtGemm::version().c_str());
@@ -102,7 +102,6 @@ int probe(bool run, int64_t M, int64_t N, int64_t K, DataType out_type, int inde
                 config_attribute(a, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME),
                 config_attribute(a, CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), algos[i].workspaceSize);
   }
-  if (!run) return 0;
   if (index < 0 || index >= static_cast<int>(algos.size())) {
     std::fprintf(stderr, "heuristic %d: there are %zu\n", index, algos.size());
     return 2;
@@ -112,8 +111,16 @@ int probe(bool run, int64_t M, int64_t N, int64_t K, DataType out_type, int inde
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> x(static_cast<size_t>(M * K));
   std::vector<__nv_bfloat16> w(static_cast<size_t>(N * K));
-  for (float& v : x) v = dist(rng);
-  for (__nv_bfloat16& v : w) v = __float2bfloat16(dist(rng));
+  std::vector<float> x_rounded(x.size());  // the operands the GEMM multiplies, for the reference
+  std::vector<float> w_f32(w.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = dist(rng);
+    x_rounded[i] = round_bf16(x[i]);
+  }
+  for (size_t i = 0; i < w.size(); ++i) {
+    w[i] = __float2bfloat16(dist(rng));
+    w_f32[i] = __bfloat162float(w[i]);
+  }
 
   const size_t out_bytes = static_cast<size_t>(M * N) * (out_type == DataType::kF32 ? 4 : 2);
   DeviceBuffer dx(x.size() * sizeof(float));
@@ -165,7 +172,7 @@ int probe(bool run, int64_t M, int64_t N, int64_t K, DataType out_type, int inde
       double ref = 0.0;
       double magnitude = 0.0;
       for (int64_t k = 0; k < K; ++k) {
-        const double p = static_cast<double>(round_bf16(x[m * K + k])) * __bfloat162float(w[n * K + k]);
+        const double p = static_cast<double>(x_rounded[m * K + k]) * w_f32[n * K + k];
         ref += p;
         magnitude += std::fabs(p);
       }
@@ -189,8 +196,7 @@ int probe(bool run, int64_t M, int64_t N, int64_t K, DataType out_type, int inde
 
 int usage() {
   std::fprintf(stderr,
-               "usage: cublaslt_sanitizer_probe list M N K f32|bf16\n"
-               "       cublaslt_sanitizer_probe gemm M N K f32|bf16 INDEX\n"
+               "usage: cublaslt_sanitizer_probe gemm M N K f32|bf16 INDEX\n"
                "       cublaslt_sanitizer_probe control written|unwritten\n");
   return 2;
 }
@@ -211,9 +217,7 @@ int main(int argc, char** argv) {
     if (which != "written" && which != "unwritten") return usage();
     return control(which);
   }
-  const bool list = argc == 6 && std::strcmp(argv[1], "list") == 0;
-  const bool run = argc == 7 && std::strcmp(argv[1], "gemm") == 0;
-  if (!list && !run) return usage();
+  if (argc != 7 || std::strcmp(argv[1], "gemm") != 0) return usage();
   int64_t M = 0, N = 0, K = 0;
   if (!parse_dim(argv[2], &M) || !parse_dim(argv[3], &N) || !parse_dim(argv[4], &K)) return usage();
   DataType out_type = DataType::kF32;
@@ -222,11 +226,8 @@ int main(int argc, char** argv) {
   } else if (std::strcmp(argv[5], "f32") != 0) {
     return usage();
   }
-  int index = 0;
-  if (run) {
-    char* end = nullptr;
-    index = static_cast<int>(std::strtol(argv[6], &end, 10));
-    if (end == argv[6] || *end != '\0') return usage();
-  }
-  return probe(run, M, N, K, out_type, index);
+  char* end = nullptr;
+  const int index = static_cast<int>(std::strtol(argv[6], &end, 10));
+  if (end == argv[6] || *end != '\0') return usage();
+  return probe(M, N, K, out_type, index);
 }

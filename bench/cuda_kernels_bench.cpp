@@ -1033,51 +1033,6 @@ void bench_input_copy(cudaStream_t stream) {
 /// GEMVs": each norm_add_norm computed by the GEMV after it (cuda::GemvNormInput); "head norm
 /// in the attention": head_norm_rope computed by the attention (attention_decode_head_norm);
 /// "all fused": both, the chain the engine runs.
-/// A decode layer's GEMV bytes (53.7 MB: four matrices of K = 1152 whose sizes are the 1B
-/// layer's QKV, O, gate/up and down) streamed three ways, with no data flowing between them:
-/// four launches (each waiting for the one before it, as PDL launches do), one gemv_multi
-/// launch over the four (one resident grid streams them back to back), and one launch over a
-/// single matrix of all their rows. What kernel boundaries cost the weight stream apart from
-/// the data they wait for (docs/PERFORMANCE.md, 2026-12-02 ninth).
-void bench_stream(cudaStream_t stream) {
-  std::printf("\n== a decode layer's GEMV bytes (53.7 MB, K = 1152): 4 launches, 1 multi-target launch, 1 matrix ==\n");
-  constexpr int64_t K = 1152;
-  constexpr int64_t kRows[4] = {1536, 1024, 13824, 6912};  // the bytes of QKV, O, gate + up, down
-  constexpr int64_t total = kRows[0] + kRows[1] + kRows[2] + kRows[3];
-  const int copies = copies_for(total * K * 2);
-  DeviceMemory w(static_cast<size_t>(total * K * 2) * copies), x(static_cast<size_t>(K) * 4),
-      y(static_cast<size_t>(total) * 4);
-  fill_bf16(w.as<__nv_bfloat16>(), total * K * copies, 31);
-  fill_f32(x.as<float>(), K, 32);
-  const double bytes = static_cast<double>(total * K * 2);
-  for (const cuda::GemvGeometry g : {cuda::GemvGeometry{2, 2}, cuda::GemvGeometry{2, 8}, cuda::GemvGeometry{4, 2}}) {
-    const auto base = [&](int i) { return w.as<__nv_bfloat16>() + (i % copies) * total * K; };
-    const Timing four = time_launches(stream, copies, [&](int i) {
-      int64_t row = 0;
-      for (const int64_t n : kRows) {
-        CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), base(i) + row * K, nullptr, y.as<float>() + row, 1, n, K, stream,
-                                        g));
-        row += n;
-      }
-    });
-    print("4 launches " + geometry_name(g), four, bytes, 1e3, "GB/s");
-    const Timing multi = time_launches(stream, copies, [&](int i) {
-      cuda::GemvTarget<__nv_bfloat16> targets[4];
-      int64_t row = 0;
-      for (int j = 0; j < 4; ++j) {
-        targets[j] = {base(i) + row * K, nullptr, y.as<float>() + row, kRows[j]};
-        row += kRows[j];
-      }
-      CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), targets, 4, 1, K, stream, g));
-    });
-    print("1 launch, 4 targets " + geometry_name(g), multi, bytes, 1e3, "GB/s");
-    const Timing one = time_launches(stream, copies, [&](int i) {
-      CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), base(i), nullptr, y.as<float>(), 1, total, K, stream, g));
-    });
-    print("1 launch, 1 matrix " + geometry_name(g), one, bytes, 1e3, "GB/s");
-  }
-}
-
 void bench_layer(cudaStream_t stream) {
   std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
   constexpr int64_t H = 1152, I = 6912, hd = 256, q_heads = 4, qkv_n = (q_heads + 2) * hd, max_ctx = 2048;
@@ -1202,6 +1157,51 @@ void bench_layer(cudaStream_t stream) {
       });
       print(std::string(window > 0 ? "sliding layer, " : "global layer, ") + v.name, t, layer_w * 2.0, 1e3, "GB/s");
     }
+  }
+}
+
+/// A decode layer's GEMV bytes (53.7 MB: four matrices of K = 1152 whose sizes are the 1B
+/// layer's QKV, O, gate/up and down) streamed three ways, with no data flowing between them:
+/// four launches (each waiting for the one before it, as PDL launches do), one gemv_multi
+/// launch over the four (one resident grid streams them back to back), and one launch over a
+/// single matrix of all their rows. What kernel boundaries cost the weight stream apart from
+/// the data they wait for (docs/PERFORMANCE.md, 2026-12-02 ninth).
+void bench_stream(cudaStream_t stream) {
+  std::printf("\n== a decode layer's GEMV bytes (53.7 MB, K = 1152): 4 launches, 1 multi-target launch, 1 matrix ==\n");
+  constexpr int64_t K = 1152;
+  constexpr int64_t kRows[4] = {1536, 1024, 13824, 6912};  // the bytes of QKV, O, gate + up, down
+  constexpr int64_t total = kRows[0] + kRows[1] + kRows[2] + kRows[3];
+  const int copies = copies_for(total * K * 2);
+  DeviceMemory w(static_cast<size_t>(total * K * 2) * copies), x(static_cast<size_t>(K) * 4),
+      y(static_cast<size_t>(total) * 4);
+  fill_bf16(w.as<__nv_bfloat16>(), total * K * copies, 31);
+  fill_f32(x.as<float>(), K, 32);
+  const double bytes = static_cast<double>(total * K * 2);
+  const auto base = [&](int i) { return w.as<__nv_bfloat16>() + (i % copies) * total * K; };  // copy i
+  for (const cuda::GemvGeometry g : {cuda::GemvGeometry{2, 2}, cuda::GemvGeometry{2, 8}, cuda::GemvGeometry{4, 2}}) {
+    const Timing four = time_launches(stream, copies, [&](int i) {
+      int64_t row = 0;
+      for (const int64_t n : kRows) {
+        CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), base(i) + row * K, nullptr, y.as<float>() + row, 1, n, K, stream,
+                                        g));
+        row += n;
+      }
+    });
+    print("4 launches " + geometry_name(g), four, bytes, 1e3, "GB/s");
+    const Timing multi = time_launches(stream, copies, [&](int i) {
+      cuda::GemvTarget<__nv_bfloat16> targets[4];
+      int64_t row = 0;
+      for (int j = 0; j < 4; ++j) {
+        targets[j] = {base(i) + row * K, nullptr, y.as<float>() + row, kRows[j]};
+        row += kRows[j];
+      }
+      CHECK(cuda::gemv_multi<__nv_bfloat16>(x.as<float>(), targets, 4, 1, K, stream, g));
+    });
+    print("1 launch, 4 targets " + geometry_name(g), multi, bytes, 1e3, "GB/s");
+    const Timing one = time_launches(stream, copies, [&](int i) {
+      CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), base(i), nullptr, y.as<float>(), 1, total, K, stream, g));
+    });
+    print("1 launch, 1 matrix " + geometry_name(g), one, bytes, 1e3, "GB/s");
   }
 }
 
