@@ -13,7 +13,7 @@
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |
 //                                 #            gate_up | rows | decode_layers | graph_launch |
-//                                 #            input_copy | layer | stream
+//                                 #            input_copy | layer | stream | handoff
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -28,11 +28,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
+#include "handoff_probe.h"
 #include "runtime/host_progress.h"
 
 namespace {
@@ -1205,6 +1207,54 @@ void bench_stream(cudaStream_t stream) {
   }
 }
 
+/// What a dependency between two kernels costs on its own (handoff_probe.h): the time from
+/// the last producer block's end to the consumer's first and last block going on, median and
+/// p10 / p90 over 200 launches of each way of waiting, in ns (%globaltimer on both sides).
+void bench_handoff(cudaStream_t stream) {
+  std::printf("\n== a kernel boundary's handoff: last producer block done -> consumer blocks going on (ns) ==\n");
+  constexpr size_t kConsumers = 264, kMostProducers = 528;
+  constexpr int kReps = 200;
+  constexpr uint32_t kSpinNs = 20000;  // the consumer is launched and resident long before the producer ends
+  DeviceMemory end(kMostProducers * 8), go(kConsumers * 8), counter(16), payload(kMostProducers * 4), bad(16);
+  const gearbox::bench::HandoffBuffers b{end.as<uint64_t>(), go.as<uint64_t>(), counter.as<unsigned>(),
+                                         payload.as<float>(), bad.as<int>()};
+  CHECK(cudaMemset(b.bad, 0, sizeof(int)));
+  using gearbox::bench::HandoffWait;
+  const std::pair<HandoffWait, const char*> ways[] = {{HandoffWait::kPlain, "plain launch"},
+                                                      {HandoffWait::kGridDepend, "PDL, griddepcontrol.wait"},
+                                                      {HandoffWait::kFlag, "PDL, counter release/acquire"},
+                                                      {HandoffWait::kNone, "PDL, no wait (floor)"}};
+  const auto pct = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[static_cast<size_t>(q * static_cast<double>(v.size() - 1))];
+  };
+  std::vector<uint64_t> host_end(kMostProducers), host_go(kConsumers);
+  for (const int producers : {132, 264, 528}) {
+    for (const auto& [way, name] : ways) {
+      std::vector<double> first, last;
+      for (int rep = 0; rep < kReps; ++rep) {
+        const float stamp = static_cast<float>(rep + 1);
+        CHECK(gearbox::bench::handoff_launch(b, way, producers, static_cast<int>(kConsumers), kSpinNs, stamp, stream));
+        CHECK(cudaStreamSynchronize(stream));
+        CHECK(cudaMemcpy(host_end.data(), b.producer_end, static_cast<size_t>(producers) * 8, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(host_go.data(), b.consumer_go, kConsumers * 8, cudaMemcpyDeviceToHost));
+        const uint64_t done = *std::max_element(host_end.begin(), host_end.begin() + producers);
+        const auto [lo, hi] = std::minmax_element(host_go.begin(), host_go.end());
+        first.push_back(static_cast<double>(static_cast<int64_t>(*lo - done)));
+        last.push_back(static_cast<double>(static_cast<int64_t>(*hi - done)));
+      }
+      std::printf(
+          "  %3d producer blocks, %-30s first %6.0f (p10 %6.0f, p90 %6.0f)   last %6.0f (p10 %6.0f, p90 %6.0f)\n",
+          producers, name, pct(first, 0.5), pct(first, 0.1), pct(first, 0.9), pct(last, 0.5), pct(last, 0.1),
+          pct(last, 0.9));
+    }
+  }
+  int host_bad = 0;
+  CHECK(cudaMemcpy(&host_bad, b.bad, sizeof(int), cudaMemcpyDeviceToHost));
+  std::printf("  payload checks: %s\n", host_bad == 0 ? "every consumer that waited read this launch's payload"
+                                                      : "FAILED: a consumer that waited read an old payload");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1235,6 +1285,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "input_copy") bench_input_copy(stream);
   if (only.empty() || only == "layer") bench_layer(stream);
   if (only.empty() || only == "stream") bench_stream(stream);
+  if (only.empty() || only == "handoff") bench_handoff(stream);
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -1,0 +1,71 @@
+// The kernels of cuda_kernels_bench's handoff group (handoff_probe.h).
+#include "handoff_probe.h"
+
+#include "devices/cuda/launch.h"
+
+namespace gearbox::bench {
+namespace {
+
+__device__ __forceinline__ uint64_t global_ns() {
+  uint64_t t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v = 0;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__global__ void producer_kernel(HandoffBuffers b, uint32_t spin_ns, float stamp, bool flag) {
+  cuda::allow_next_kernel();
+  if (threadIdx.x != 0) return;
+  const uint64_t until = global_ns() + spin_ns + uint64_t{blockIdx.x % 8} * 64;
+  while (global_ns() < until) {
+  }
+  b.payload[blockIdx.x] = stamp;
+  b.producer_end[blockIdx.x] = global_ns();
+  if (flag) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(b.arrivals) : "memory");
+}
+
+__global__ void consumer_kernel(HandoffBuffers b, HandoffWait wait, unsigned producers, float stamp) {
+  if (wait == HandoffWait::kGridDepend) cuda::wait_for_prior_kernels();
+  if (wait == HandoffWait::kFlag) {
+    if (threadIdx.x == 0) {
+      while (load_acquire(b.arrivals) < producers) {
+      }
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x != 0) return;
+  float v = 0.0f;
+  asm volatile("ld.relaxed.gpu.global.f32 %0, [%1];"
+               : "=f"(v)
+               : "l"(b.payload + (blockIdx.x * 37u) % producers)
+               : "memory");
+  b.consumer_go[blockIdx.x] = global_ns();
+  if (v != stamp && wait != HandoffWait::kNone) atomicExch(b.bad, 1);
+}
+
+}  // namespace
+
+cudaError_t handoff_launch(const HandoffBuffers& b, HandoffWait wait, int producer_blocks, int consumer_blocks,
+                           uint32_t spin_ns, float stamp, cudaStream_t stream) {
+  cudaError_t err = cudaMemsetAsync(b.arrivals, 0, sizeof(unsigned), stream);
+  if (err != cudaSuccess) return err;
+  producer_kernel<<<producer_blocks, 256, 0, stream>>>(b, spin_ns, stamp, wait == HandoffWait::kFlag);
+  if ((err = cudaGetLastError()) != cudaSuccess) return err;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(static_cast<unsigned>(consumer_blocks));
+  config.blockDim = dim3(256);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = wait == HandoffWait::kPlain ? 0 : 1;
+  return cudaLaunchKernelEx(&config, consumer_kernel, b, wait, static_cast<unsigned>(producer_blocks), stamp);
+}
+
+}  // namespace gearbox::bench
