@@ -1,39 +1,28 @@
 // The kernels of cuda_kernels_bench's handoff group (handoff_probe.h).
 #include "handoff_probe.h"
 
+#include "devices/cuda/device_math.h"
 #include "devices/cuda/launch.h"
 
 namespace gearbox::bench {
 namespace {
 
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v = 0;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 __global__ void producer_kernel(HandoffBuffers b, uint32_t spin_ns, float stamp, bool flag) {
   cuda::allow_next_kernel();
   if (threadIdx.x != 0) return;
-  const uint64_t until = global_ns() + spin_ns + uint64_t{blockIdx.x % 8} * 64;
-  while (global_ns() < until) {
+  const uint64_t until = cuda::global_ns() + spin_ns + uint64_t{blockIdx.x % 8} * 64;
+  while (cuda::global_ns() < until) {
   }
   b.payload[blockIdx.x] = stamp;
-  b.producer_end[blockIdx.x] = global_ns();
-  if (flag) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(b.arrivals) : "memory");
+  b.producer_end[blockIdx.x] = cuda::global_ns();
+  if (flag) cuda::release_add_one(b.arrivals);
 }
 
 __global__ void consumer_kernel(HandoffBuffers b, HandoffWait wait, unsigned producers, float stamp) {
   if (wait == HandoffWait::kGridDepend) cuda::wait_for_prior_kernels();
   if (wait == HandoffWait::kFlag) {
     if (threadIdx.x == 0) {
-      while (load_acquire(b.arrivals) < producers) {
+      while (cuda::load_acquire(b.arrivals) < producers) {
       }
     }
     __syncthreads();
@@ -44,7 +33,7 @@ __global__ void consumer_kernel(HandoffBuffers b, HandoffWait wait, unsigned pro
                : "=f"(v)
                : "l"(b.payload + (blockIdx.x * 37u) % producers)
                : "memory");
-  b.consumer_go[blockIdx.x] = global_ns();
+  b.consumer_go[blockIdx.x] = cuda::global_ns();
   if (v != stamp && wait != HandoffWait::kNone) atomicExch(b.bad, 1);
 }
 

@@ -147,17 +147,6 @@ __device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t b
 /// The consumer warps only (the producer never joins): named barrier 1.
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ uint64_t global_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 __device__ __forceinline__ void Tracer::mark() {
   if (at != nullptr) at[marks++] = global_ns();
 }
@@ -171,7 +160,7 @@ __device__ __forceinline__ void grid_barrier(unsigned* counter, unsigned* target
   consumers_sync();
   if (threadIdx.x == 0) {
     *target += gridDim.x;
-    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    release_add_one(counter);
     const uint64_t start = global_ns();
     while (load_acquire(counter) < *target) {
       if (global_ns() - start > 1000000000ull) {  // a second: never in a correct run

@@ -360,10 +360,9 @@ cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream)
 
 namespace {
 __global__ void spin_kernel(uint64_t nanoseconds) {
-  uint64_t start = 0;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  uint64_t now = start;
-  while (now - start < nanoseconds) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  const uint64_t start = global_ns();
+  while (global_ns() - start < nanoseconds) {
+  }
 }
 }  // namespace
 
