@@ -56,7 +56,9 @@ using ir::OpKind;
 // rows (every geometry's time changes), and the decode attention loads its first keys early.
 // 11: a linear whose output a caller may take in host memory (the logits) is timed as the
 // output gets there: a GEMV storing into page-locked memory, other tactics with the copy.
-constexpr int kKernelsVersion = 11;
+// 12: a GEMV chunk in fewer instructions, and 3 blocks an SM for geometries whose threads
+// hold 8 chunks (every geometry's time changes, r2u4's and r4u2's by up to a third).
+constexpr int kKernelsVersion = 12;
 
 // Tactic ids (stored in engine files); the cuBLASLt ones and their row-bucketed form are in
 // linear_tactics.h.
@@ -1898,16 +1900,18 @@ class CudaBackend final : public DeviceBackend {
   bool tactic_valid(const Network& net, const Node& node, uint32_t tactic,
                     std::span<const Dims> max_dims) const override {
     switch (node.kind) {
-      case OpKind::kLinear:
-        if (tactic == kLinearGemv)
-          return ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) <= cuda::kGemvMaxRows;
+      case OpKind::kLinear: {
+        const Dims& x = max_dims[static_cast<size_t>(node.inputs[0])];
+        const bool gemv_k = x.rank() > 0 && x[x.rank() - 1] <= cuda::kGemvMaxK;  // the GEMV's longest row
+        if (tactic == kLinearGemv) return gemv_k && ir::row_count(x) <= cuda::kGemvMaxRows;
         if (is_gemv(tactic)) {
           // GEARBOX_CUDA_GEMV_GEOMETRIES=0: the builder times the default geometry only.
           static const bool geometries = cuda::switch_on("GEARBOX_CUDA_GEMV_GEOMETRIES");
-          return geometries && ir::row_count(max_dims[static_cast<size_t>(node.inputs[0])]) == 1;
+          return geometries && gemv_k && ir::row_count(x) == 1;
         }
         if (is_stacked(tactic)) return fusion_enabled() && stackable(net, node);
         return lt::is_per_output(tactic);
+      }
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
         if (tactic == kAttentionMma) return bf16_linears(net);

@@ -76,6 +76,8 @@ cudaError_t kv_cache_write(const float* k, const float* v, const void* positions
 inline constexpr int64_t kGemvMaxRows = 8;
 /// Weights one gemv_multi launch can serve.
 inline constexpr int kGemvMaxTargets = 4;
+/// Longest row (K) a gemv launch serves: the kernel indexes within a row in 32 bits.
+inline constexpr int64_t kGemvMaxK = int64_t{1} << 30;
 
 /// How a gemv launch divides W among its threads: a group of threads takes `rows` rows of W
 /// (a gated launch: rows / 2 gate rows and the rows / 2 matching up rows), each thread

@@ -16,6 +16,12 @@
 //   reads W at 3.75 TB/s (161 us) where R = 1, U = 4 read at 3.05. At the decode layers'
 //   smaller matrices the best geometry depends on N and K (how many blocks, how many passes
 //   over K), so M = 1 launches take any of kGemvGeometries and the builder times them.
+// - A chunk costs its load, its conversion and its multiply-adds, and little else: a
+//   thread forms its rows' pointers once a unit and indexes within a row in 32 bits
+//   (K <= kGemvMaxK), with one compare a slot (its chunks past K are neither loaded nor
+//   read); rows of a group past N load the group's first row and are not stored. Before,
+//   each load recomputed its row in 64 bits: fewer instructions took 0.5-0.8 us off each
+//   layer GEMV and 23 us off the 1B's decode step (docs/PERFORMANCE.md, 2026-12-03 second).
 // - A block of 256 threads holds 256 / TPR row groups; the partial sums of one group are
 //   reduced with warp shuffles, then across its warps through shared memory.
 // - gemv_multi: the blocks of up to 4 weights (fused QKV, gate+up) are numbered one after
@@ -60,12 +66,13 @@ namespace gearbox::cuda {
 namespace {
 
 constexpr int kGemvThreads = 256;
-/// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers; ptxas
-/// takes ~70 on its own, leaving room for 3) keep a third more loads in flight, 2 where a
-/// thread holds 16 chunks (R * U = 16: 106-121 registers; at 80 they spilled); larger M
+/// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers) where a
+/// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (at 64 registers those
+/// spilled 60-132 bytes, and r4u2 ran the 1B's down_proj in 10.2 us against 8.9 at 3 blocks:
+/// docs/PERFORMANCE.md, 2026-12-03 second), 2 where it holds 16 (106-128 registers); larger M
 /// needs the registers for its M * R accumulators.
 __host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
-  return M == 1 ? (loads <= 8 ? 4 : 2) : (M <= 4 ? 2 : 1);
+  return M == 1 ? (loads <= 4 ? 4 : loads <= 8 ? 3 : 2) : (M <= 4 ? 2 : 1);
 }
 
 template <typename W>
@@ -214,7 +221,9 @@ __device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int K, flo
 
 /// The work of block b of a launch of total_blocks blocks (a "unit"): which target it serves
 /// and which of its rows this thread's group takes. A grid of fewer blocks runs units
-/// b, b + gridDim.x, ... on block b.
+/// b, b + gridDim.x, ... on block b. `group` is the thread's group within its block
+/// (threadIdx.x / TPR) and `groups` the groups a block holds (256 / TPR), both fixed for a
+/// launch and formed once.
 template <typename W, bool kGated, int R>
 struct GemvUnit {
   static constexpr int kOutsPerGroup = kGated ? R / 2 : R;
@@ -225,7 +234,7 @@ struct GemvUnit {
   int64_t n0 = 0;       // the group's first output
   bool active = false;  // n0 < N; inactive threads still join the block's barriers
 
-  __device__ __forceinline__ GemvUnit(const GemvParams<W>& p, int64_t block, int tpr) {
+  __device__ __forceinline__ GemvUnit(const GemvParams<W>& p, int64_t block, int group, int groups) {
     // The unit's target; constant indices only, so p stays in the param space.
     int64_t first_block = 0;
     w = p.w[0];
@@ -244,15 +253,15 @@ struct GemvUnit {
         }
       }
     }
-    const int64_t group = (block - first_block) * (kGemvThreads / tpr) + static_cast<int>(threadIdx.x) / tpr;
-    n0 = group * kOutsPerGroup;
+    n0 = ((block - first_block) * groups + group) * kOutsPerGroup;
     active = n0 < N;
   }
-  /// Row r of the group (rows past N: any valid row, never loaded).
-  __device__ __forceinline__ bool row_in(int r) const { return n0 + r % kOutsPerGroup < N; }
-  __device__ __forceinline__ const W* row(const GemvParams<W>& p, int r) const {
+  /// Row r of the group, `offset` elements in (an active unit's rows past N: its first row,
+  /// loaded and never stored, so that no load needs a test of its own).
+  __device__ __forceinline__ const W* row(const GemvParams<W>& p, int r, int64_t offset) const {
     const W* matrix = kGated && r >= kOutsPerGroup ? p.w[1] : w;
-    return matrix + (row_in(r) ? n0 + r % kOutsPerGroup : 0) * p.K;
+    const int64_t n = n0 + r % kOutsPerGroup;
+    return matrix + (n < N ? n : n0) * p.K + offset;
   }
 };
 
@@ -277,20 +286,30 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
 
   const int tpr = p.threads_per_row;
   const int j = static_cast<int>(threadIdx.x) % tpr;
+  const int group = static_cast<int>(threadIdx.x) / tpr;
+  const int groups = kGemvThreads / tpr;
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int64_t K = p.K;
-  const int64_t chunks = K / E;  // kVec: K % E == 0
-  const int64_t stride = static_cast<int64_t>(tpr) * kUnroll;
+  // This thread's chunks of a row are j + off for off = 0, tpr, 2 tpr, ... below `limit`; a
+  // pass takes kUnroll of them. Offsets are 32-bit (K <= kGemvMaxK, checked by the entries)
+  // and the rows' pointers are formed once a unit (see the file comment).
+  const int limit = static_cast<int>(K / E) - j;  // kVec: K % E == 0
+  const int stride = tpr * kUnroll;
 
-  C raw[kUnroll][R];
-  const auto fetch = [&](const Unit& unit, int64_t base) {
+  C raw[kUnroll][R];  // slots past `limit` are neither loaded nor read
+  const W* rows[R];   // the unit's rows at this thread's first chunk
+  const auto point = [&](const Unit& unit) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = unit.row(p, r, static_cast<int64_t>(j) * E);
+  };
+  const auto fetch = [&](int off0) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = base + static_cast<int64_t>(u) * tpr;
+      const int off = off0 + u * tpr;
+      if (off < limit) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-        raw[u][r] = c < chunks && unit.row_in(r) ? C::fetch(unit.row(p, r) + c * E) : C::zero();
+        for (int r = 0; r < R; ++r) raw[u][r] = C::fetch(rows[r] + off * E);
       }
     }
   };
@@ -313,18 +332,23 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
   {
     // The first pass's weights depend on nothing the previous kernel writes: their loads
     // are in flight while it finishes (launch.h).
-    const Unit first(p, block, tpr);
-    if (first.active) fetch(first, j);
+    const Unit first(p, block, group, groups);
+    if (first.active) {
+      point(first);
+      fetch(0);
+    }
   }
   W* const w_shared = reinterpret_cast<W*>(x_shared + 2 * K);
   if constexpr (kNorm) stage_norm_weights(p.norm, K, w_shared);
   wait_for_prior_kernels();
   if constexpr (kNorm) norm_input(p.norm, static_cast<int>(K), x_shared, w_shared, norm_red, blockIdx.x == 0);
+  // x at this thread's first chunk (M = 1).
+  const float* const x_row = (kNorm ? x_shared : p.x) + static_cast<int64_t>(j) * E;
   for (;;) {
     // Derived again from `block` (a few integer ops) rather than carried over from the
     // fetch of the previous iteration: carrying a second Unit across the reduction made
-    // ptxas spill at the 64-register budget of 4 blocks per SM.
-    const Unit unit(p, block, tpr);
+    // ptxas spill at the 64-register budget of 4 blocks per SM. Its rows are in `rows`.
+    const Unit unit(p, block, group, groups);
     float acc[M][R];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
@@ -332,15 +356,15 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
       for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
     }
     if (unit.active) {
-      for (int64_t base = j; base < chunks; base += stride) {
+      for (int off0 = 0; off0 < limit; off0 += stride) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const int64_t c = base + static_cast<int64_t>(u) * tpr;
-          if (c >= chunks) continue;
+          const int off = off0 + u * tpr;
+          if (off >= limit) break;  // and every later slot
           if constexpr (M == 1) {
             // One row's floats live at a time: R * U chunks of W are already held in registers.
             float xf[E];
-            load_x<E, kNorm>(kNorm ? x_shared + c * E : p.x + c * E, xf);
+            load_x<E, kNorm>(x_row + off * E, xf);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
               float wf[E];
@@ -355,7 +379,7 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
 #pragma unroll
             for (int m = 0; m < M; ++m) {
               float xf[E];
-              load_x<E>(p.x + m * K + c * E, xf);
+              load_x<E>(p.x + m * K + static_cast<int64_t>(j + off) * E, xf);
 #pragma unroll
               for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -364,15 +388,18 @@ __global__ void __launch_bounds__(kGemvThreads, min_blocks_per_sm(M, R* kUnroll)
             }
           }
         }
-        if (base + stride < chunks) fetch(unit, base + stride);
+        if (off0 + stride < limit) fetch(off0 + stride);
       }
     }
     // The next unit's first pass goes out before this unit's reduction and store.
     const int64_t next_block = block + gridDim.x;
     const bool more = next_block < p.total_blocks;  // uniform over the block
     if (more) {
-      const Unit next(p, next_block, tpr);
-      if (next.active) fetch(next, j);
+      const Unit next(p, next_block, group, groups);
+      if (next.active) {
+        point(next);
+        fetch(0);
+      }
     }
 
     // Reduce over the TPR threads of the group; every lane of a warp ends with the warp's sums.
@@ -576,7 +603,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
                        cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks,
                        const GemvNormInput<W>* norm_input, GemvProgress progress) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
-      !geometry_served(geometry, M) || max_blocks < 0) {
+      K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0) {
     return cudaErrorInvalidValue;
   }
   if (progress.slots != nullptr && (M != 1 || count != 1 || progress.count < 1 || progress.every < 1 ||
@@ -643,7 +670,7 @@ template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
                        GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
                        GemvGeometry geometry, int64_t max_blocks, const GemvNormInput<W>* norm_input) {
-  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || !geometry_served(geometry, M) || max_blocks < 0 ||
+  if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0 ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
       (activation != GatedActivation::kGeluTanh && activation != GatedActivation::kSilu)) {
     return cudaErrorInvalidValue;

@@ -1129,6 +1129,9 @@ TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
   Floats dummy = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 9, 1, 1, stream_))
       << "M above kGemvMaxRows";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, stream_))
+      << "K above kGemvMaxK";
 }
 
 TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
@@ -1201,6 +1204,10 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
             cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
                                     static_cast<cuda::GatedActivation>(7), dummy.get(), 1, 1, 1, stream_))
       << "unknown activation";
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
+                                    cuda::GatedActivation::kSilu, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, stream_))
+      << "K above kGemvMaxK";
 }
 
 /// The input a GemvNormInput launch computes, as the CPU kernels do: sum = residual +
