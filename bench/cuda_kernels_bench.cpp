@@ -1034,7 +1034,10 @@ void bench_input_copy(cudaStream_t stream) {
 /// one (32 splits and a combine kernel), as 5 of 6 and 1 of 6 Gemma-3 layers. "norms in the
 /// GEMVs": each norm_add_norm computed by the GEMV after it (cuda::GemvNormInput); "head norm
 /// in the attention": head_norm_rope computed by the attention (attention_decode_head_norm);
-/// "all fused": both, the chain the engine runs.
+/// "all fused": both, the chain the engine runs where the QKV GEMV leaves SMs free (the 1B's,
+/// 384 blocks, does not: it runs "norms in the GEMVs"). The QKV GEMV at 96 blocks with and
+/// without the head norm in the attention weighs that rule (docs/PERFORMANCE.md, 2026-12-03
+/// third).
 void bench_layer(cudaStream_t stream) {
   std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
   constexpr int64_t H = 1152, I = 6912, hd = 256, q_heads = 4, qkv_n = (q_heads + 2) * hd, max_ctx = 2048;
@@ -1072,7 +1075,7 @@ void bench_layer(cudaStream_t stream) {
   constexpr unsigned kNormInQkv = 1u << 8, kNormInMlp = 1u << 9, kNormsInGemvs = kNormInQkv | kNormInMlp,
                      kHeadNormInAttention = 1u << 10;
   // The chain the engine runs: both norm_add_norms inside the GEMVs after them.
-  constexpr unsigned kEngineChain = kNormsInGemvs | 0x21u;
+  constexpr unsigned kEngineChain = kNormsInGemvs | 0x21u, kAllFused = kEngineChain | kHeadNormInAttention | 0x4u;
   const Variant variants[] = {{"whole layer", 0},
                               {"without norm_add_norm 1", 1u << 0},
                               {"without QKV", 1u << 1},
@@ -1088,7 +1091,7 @@ void bench_layer(cudaStream_t stream) {
                               {"norm 1 in the QKV GEMV", kNormInQkv | 0x1u},
                               {"norm 2 in the gate/up GEMV", kNormInMlp | 0x20u},
                               {"head norm in the attention", kHeadNormInAttention | 0x4u},
-                              {"all fused", kNormsInGemvs | kHeadNormInAttention | 0x25u},
+                              {"all fused", kAllFused},
                               // The engine's chain (norms in the GEMVs) with one GEMV on another geometry:
                               // how much the chain's ranking of geometries differs from each GEMV's alone.
                               {.name = "norms in GEMVs, QKV r4u2", .skip = kEngineChain, .qkv = {4, 2}},
@@ -1099,7 +1102,15 @@ void bench_layer(cudaStream_t stream) {
                               {.name = "norms in GEMVs, gate/up r4u2", .skip = kEngineChain, .gate_up = {4, 2}},
                               {.name = "norms in GEMVs, down r4u2", .skip = kEngineChain, .down = {4, 2}},
                               {.name = "norms in GEMVs, down r8u2", .skip = kEngineChain, .down = {8, 2}},
-                              {.name = "norms in GEMVs, down r4u4", .skip = kEngineChain, .down = {4, 4}}};
+                              {.name = "norms in GEMVs, down r4u4", .skip = kEngineChain, .down = {4, 4}},
+                              // A QKV GEMV of 96 blocks (fewer than the SMs), the head norm in the attention or
+                              // not: whether the fusion pays for the QKV geometry it needs.
+                              {.name = "norms in GEMVs, QKV r2u8", .skip = kEngineChain, .qkv = {2, 8}},
+                              {.name = "norms in GEMVs, QKV r4u4", .skip = kEngineChain, .qkv = {4, 4}},
+                              {.name = "norms in GEMVs, QKV r8u2", .skip = kEngineChain, .qkv = {8, 2}},
+                              {.name = "all fused, QKV r2u8", .skip = kAllFused, .qkv = {2, 8}},
+                              {.name = "all fused, QKV r4u4", .skip = kAllFused, .qkv = {4, 4}},
+                              {.name = "all fused, QKV r8u2", .skip = kAllFused, .qkv = {8, 2}}};
   const cuda::AttentionHeadNorm<__nv_bfloat16> head_norm{g, g + hd, 1e-6f, 1.0f, 1e4f, 1.0f, inv_freq.as<float>()};
   for (int64_t window : {512, 0}) {
     for (const Variant& v : variants) {
