@@ -13,7 +13,7 @@
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |
 //                                 #            gate_up | rows | decode_layers | graph_launch |
-//                                 #            input_copy | layer | stream | handoff
+//                                 #            input_copy | layer | stream | handoff | step_stream
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -36,6 +36,7 @@
 #include "devices/cuda/kernels.h"
 #include "handoff_probe.h"
 #include "runtime/host_progress.h"
+#include "step_stream_probe.h"
 
 namespace {
 
@@ -1266,6 +1267,78 @@ void bench_handoff(cudaStream_t stream) {
                                                       : "FAILED: a consumer that waited read an old payload");
 }
 
+/// A decode step's weights at the 1B shape (26 layers of QKV, O, gate + up and down, then the
+/// lm_head: 2.0 GB) streamed by one persistent launch (step_stream_probe.h): with no wait
+/// between matrices or a grid-wide barrier, each warp issuing 0, 1 or 2 pieces of the next
+/// matrix before it waits, the rows' order rotated from matrix to matrix or not; then with a
+/// stand-in for the attention (64 blocks spinning) after each QKV. Against one matrix of the
+/// same bytes: what the boundaries between a step's dependent matrices cost a persistent
+/// launch that waits at grid-wide barriers (docs/PERFORMANCE.md, 2026-12-03 fourth).
+void bench_step_stream(cudaStream_t stream) {
+  using gearbox::bench::StepSync;
+  using gearbox::bench::StreamPhase;
+  std::printf("\n== a decode step's weights (1B shape, 2.0 GB) in one persistent launch, %d blocks ==\n",
+              gearbox::bench::step_stream_blocks());
+  constexpr int64_t H = 1152, I = 6912, Q = 1024, kLayers = 26, kVocab = 262144;
+  constexpr int64_t layer_w = (Q + 512) * H + H * Q + 2 * I * H + H * I;
+  constexpr int64_t total_w = kLayers * layer_w + kVocab * H;
+  DeviceMemory w(static_cast<size_t>(total_w) * 2), a(H * 4), qkv((Q + 512) * 4), o(H * 4), gu(2 * I * 4),
+      logits(total_w / H * 4), counter(16), table(sizeof(StreamPhase) * 256);
+  fill_bf16(w.as<__nv_bfloat16>(), total_w, 41);
+  fill_f32(a.as<float>(), H, 42);
+  const auto* base = w.as<__nv_bfloat16>();
+  // The step's phases; spin_ns > 0 adds the attention stand-in after each QKV.
+  const auto step = [&](bool lm_head, uint32_t spin_ns) {
+    std::vector<StreamPhase> phases;
+    const __nv_bfloat16* next = base;
+    const auto add = [&](const float* x, float* y, int64_t rows, int64_t k) {
+      phases.push_back({next, x, y, static_cast<int>(rows), static_cast<int>(k), 0, 0});
+      next += rows * k;
+    };
+    for (int64_t l = 0; l < kLayers; ++l) {
+      add(a.as<float>(), qkv.as<float>(), Q + 512, H);
+      if (spin_ns > 0) phases.push_back({nullptr, nullptr, nullptr, 0, 0, 64, spin_ns});
+      add(qkv.as<float>(), o.as<float>(), H, Q);
+      add(o.as<float>(), gu.as<float>(), 2 * I, H);
+      add(gu.as<float>(), a.as<float>(), H, I);
+    }
+    if (lm_head) add(a.as<float>(), logits.as<float>(), kVocab, H);
+    return phases;
+  };
+  struct Row {
+    const char* name;
+    std::vector<StreamPhase> phases;
+    StepSync sync;
+    double bytes;
+  };
+  const double layers_bytes = kLayers * layer_w * 2.0, step_bytes = total_w * 2.0;
+  const std::vector<StreamPhase> one = {
+      {base, a.as<float>(), logits.as<float>(), static_cast<int>(total_w / H), static_cast<int>(H), 0, 0}};
+  const StepSync free{false, 0}, free1{false, 1}, free2{false, 2}, bar{true, 0}, bar1{true, 1}, bar2{true, 2},
+      free_rotated{false, 0, true}, bar1_rotated{true, 1, true};
+  const Row rows[] = {{"one matrix of the step's bytes", one, free, step_bytes},
+                      {"step, no wait", step(true, 0), free, step_bytes},
+                      {"step, no wait, lookahead 1", step(true, 0), free1, step_bytes},
+                      {"step, no wait, lookahead 2", step(true, 0), free2, step_bytes},
+                      {"step, barriers", step(true, 0), bar, step_bytes},
+                      {"step, barriers, lookahead 1", step(true, 0), bar1, step_bytes},
+                      {"step, barriers, lookahead 2", step(true, 0), bar2, step_bytes},
+                      {"step, no wait, rotated", step(true, 0), free_rotated, step_bytes},
+                      {"step, barriers, lookahead 1, rotated", step(true, 0), bar1_rotated, step_bytes},
+                      {"layers only, no wait, lookahead 2", step(false, 0), free2, layers_bytes},
+                      {"layers only, barriers, lookahead 2", step(false, 0), bar2, layers_bytes},
+                      {"step + 2 us stand-in, barriers, lookahead 2", step(true, 2000), bar2, step_bytes},
+                      {"step + 4 us stand-in, barriers, lookahead 2", step(true, 4000), bar2, step_bytes}};
+  for (const Row& r : rows) {
+    CHECK(cudaMemcpy(table.ptr, r.phases.data(), r.phases.size() * sizeof(StreamPhase), cudaMemcpyHostToDevice));
+    const Timing t = time_launches(stream, 1, [&](int) {
+      CHECK(gearbox::bench::step_stream_launch(table.as<StreamPhase>(), static_cast<int>(r.phases.size()), r.sync,
+                                               counter.as<unsigned>(), stream));
+    });
+    print(std::string(r.name) + " (" + std::to_string(r.phases.size()) + " phases)", t, r.bytes, 1e3, "GB/s");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -1297,6 +1370,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "layer") bench_layer(stream);
   if (only.empty() || only == "stream") bench_stream(stream);
   if (only.empty() || only == "handoff") bench_handoff(stream);
+  if (only.empty() || only == "step_stream") bench_step_stream(stream);
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }

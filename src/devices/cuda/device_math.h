@@ -71,6 +71,16 @@ __device__ __forceinline__ float block_sum_to_all(float v, float* red) {
   return s;
 }
 
+/// 16 bytes of weights that no other thread writes, bypassing L1 (read once) with a 256-byte
+/// L2 prefetch: ld.global.nc.L1::no_allocate needs sm_70+ and .L2::256B sm_80+ (both targets).
+__device__ __forceinline__ uint4 load_stream_16(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
 /// The GPU's %globaltimer, in ns (spins, traces and timeouts).
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;

@@ -92,16 +92,6 @@ struct GemvParams {
   GemvProgress progress;       // slots null: none (M = 1, one target)
 };
 
-/// 16 bytes of W that no other thread writes, bypassing L1 (read once) with a 256-byte L2
-/// prefetch: ld.global.nc.L1::no_allocate needs sm_70+ and .L2::256B sm_80+ (both targets).
-__device__ __forceinline__ uint4 load_stream_16(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-
 /// A progress slot's new value (GemvProgress), a store the host polls: relaxed (slots of no
 /// block), or a release at system scope, after which the host that reads the value finds every
 /// store ordered before it (the block's, through a barrier) in its memory.
