@@ -1316,19 +1316,21 @@ void bench_step_stream(cudaStream_t stream) {
       {base, a.as<float>(), logits.as<float>(), static_cast<int>(total_w / H), static_cast<int>(H), 0, 0}};
   const StepSync free{false, 0}, free1{false, 1}, free2{false, 2}, bar{true, 0}, bar1{true, 1}, bar2{true, 2},
       free_rotated{false, 0, true}, bar1_rotated{true, 1, true};
+  const std::vector<StreamPhase> full = step(true, 0), layers = step(false, 0), full_2us = step(true, 2000),
+                                 full_4us = step(true, 4000);
   const Row rows[] = {{"one matrix of the step's bytes", one, free, step_bytes},
-                      {"step, no wait", step(true, 0), free, step_bytes},
-                      {"step, no wait, lookahead 1", step(true, 0), free1, step_bytes},
-                      {"step, no wait, lookahead 2", step(true, 0), free2, step_bytes},
-                      {"step, barriers", step(true, 0), bar, step_bytes},
-                      {"step, barriers, lookahead 1", step(true, 0), bar1, step_bytes},
-                      {"step, barriers, lookahead 2", step(true, 0), bar2, step_bytes},
-                      {"step, no wait, rotated", step(true, 0), free_rotated, step_bytes},
-                      {"step, barriers, lookahead 1, rotated", step(true, 0), bar1_rotated, step_bytes},
-                      {"layers only, no wait, lookahead 2", step(false, 0), free2, layers_bytes},
-                      {"layers only, barriers, lookahead 2", step(false, 0), bar2, layers_bytes},
-                      {"step + 2 us stand-in, barriers, lookahead 2", step(true, 2000), bar2, step_bytes},
-                      {"step + 4 us stand-in, barriers, lookahead 2", step(true, 4000), bar2, step_bytes}};
+                      {"step, no wait", full, free, step_bytes},
+                      {"step, no wait, lookahead 1", full, free1, step_bytes},
+                      {"step, no wait, lookahead 2", full, free2, step_bytes},
+                      {"step, barriers", full, bar, step_bytes},
+                      {"step, barriers, lookahead 1", full, bar1, step_bytes},
+                      {"step, barriers, lookahead 2", full, bar2, step_bytes},
+                      {"step, no wait, rotated", full, free_rotated, step_bytes},
+                      {"step, barriers, lookahead 1, rotated", full, bar1_rotated, step_bytes},
+                      {"layers only, no wait, lookahead 2", layers, free2, layers_bytes},
+                      {"layers only, barriers, lookahead 2", layers, bar2, layers_bytes},
+                      {"step + 2 us stand-in, barriers, lookahead 2", full_2us, bar2, step_bytes},
+                      {"step + 4 us stand-in, barriers, lookahead 2", full_4us, bar2, step_bytes}};
   for (const Row& r : rows) {
     CHECK(cudaMemcpy(table.ptr, r.phases.data(), r.phases.size() * sizeof(StreamPhase), cudaMemcpyHostToDevice));
     const Timing t = time_launches(stream, 1, [&](int) {

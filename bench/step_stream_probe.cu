@@ -196,6 +196,7 @@ int step_stream_blocks() {
 
 cudaError_t step_stream_launch(const StreamPhase* phases, int count, StepSync sync, unsigned* counter,
                                cudaStream_t stream) {
+  if (sync.lookahead < 0 || sync.lookahead > 2) return cudaErrorInvalidValue;
   const cudaError_t zeroed = cudaMemsetAsync(counter, 0, sizeof(unsigned), stream);
   if (zeroed != cudaSuccess) return zeroed;
   switch (sync.lookahead + (sync.barrier ? 3 : 0)) {
@@ -205,8 +206,8 @@ cudaError_t step_stream_launch(const StreamPhase* phases, int count, StepSync sy
     case 3: return launch<true, 0>(phases, count, counter, sync.rotate, stream);
     case 4: return launch<true, 1>(phases, count, counter, sync.rotate, stream);
     case 5: return launch<true, 2>(phases, count, counter, sync.rotate, stream);
-    default: return cudaErrorInvalidValue;
   }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace gearbox::bench
