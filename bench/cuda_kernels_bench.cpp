@@ -12,7 +12,7 @@
 //
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |
-//                                 #            gate_up | rows | decode_layers | graph_launch |
+//                                 #            gate_up | rows | graph_launch |
 //                                 #            input_copy | layer | stream | handoff | step_stream
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 #include <cuda_bf16.h>
@@ -31,7 +31,6 @@
 #include <utility>
 #include <vector>
 
-#include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
 #include "handoff_probe.h"
@@ -761,143 +760,6 @@ void bench_rows(cudaStream_t stream) {
   }
 }
 
-// ---- the whole-step decode kernel --------------------------------------------------------------
-
-/// decode_layers at the Gemma-3-1B shape (26 layers, bf16, 5 of 6 layers sliding over 512
-/// keys, context 128), its weights (1.4 GB) read from DRAM at every launch, and where block
-/// 0's time goes between its phase boundaries (averaged over layers and launches).
-void bench_decode_layers(cudaStream_t stream) {
-  cuda::DecodeLayersShape s;
-  s.layers = 26;
-  s.hidden = 1152;
-  s.heads = 4;
-  s.kv_heads = 1;
-  s.head_dim = 256;
-  s.intermediate = 6912;
-  s.max_context = 2048;
-  s.eps = 1e-6f;
-  s.norm_offset = 1.0f;
-  cuda::DecodeLayersPlan plan = cuda::plan_decode_layers(s);
-  if (!plan.ok) {
-    std::printf("decode_layers: not on this device (%s)\n", plan.why);
-    return;
-  }
-  const int64_t H = s.hidden, qd = int64_t{s.heads} * s.head_dim, kvd = int64_t{s.kv_heads} * s.head_dim;
-  const int64_t I = s.intermediate, D = s.head_dim;
-  const int64_t per_layer = 4 * H + 2 * D + qd * H + 2 * kvd * H + H * qd + 2 * I * H + H * I;
-  DeviceMemory weights(s.layers * per_layer * 2), caches(int64_t{s.layers} * 2 * s.max_context * kvd * 4);
-  DeviceMemory inv_freq(D / 2 * 4), h(2 * H * 4), pos(4), ws(plan.workspace_bytes);
-  const int marks = cuda::decode_layers_trace_marks(s.layers);
-  DeviceMemory trace(int64_t{marks} * 8);
-  fill_bf16(weights.as<__nv_bfloat16>(), s.layers * per_layer, 7);
-  CHECK(cudaMemset(caches.ptr, 0, static_cast<size_t>(int64_t{s.layers} * 2 * s.max_context * kvd * 4)));
-  fill_f32(h.as<float>(), 2 * H, 3);
-  std::vector<float> freq(static_cast<size_t>(D / 2));
-  for (int64_t i = 0; i < D / 2; ++i)
-    freq[static_cast<size_t>(i)] = 1.0f / std::pow(10000.0f, 2.0f * static_cast<float>(i) / static_cast<float>(D));
-  CHECK(cudaMemcpy(inv_freq.ptr, freq.data(), freq.size() * 4, cudaMemcpyHostToDevice));
-  const int32_t p = 127;
-  CHECK(cudaMemcpy(pos.ptr, &p, 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMemset(ws.ptr, 0, static_cast<size_t>(plan.workspace_bytes)));
-  std::vector<cuda::DecodeLayer<__nv_bfloat16>> layers;
-  const __nv_bfloat16* w = weights.as<__nv_bfloat16>();
-  for (int l = 0; l < s.layers; ++l) {
-    auto take = [&](int64_t n) {
-      const __nv_bfloat16* here = w;
-      w += n;
-      return here;
-    };
-    cuda::DecodeLayer<__nv_bfloat16> L{};
-    L.q = take(qd * H);
-    L.k = take(kvd * H);
-    L.v = take(kvd * H);
-    L.o = take(H * qd);
-    L.gate = take(I * H);
-    L.up = take(I * H);
-    L.down = take(H * I);
-    L.input_norm = take(H);
-    L.post_attention_norm = take(H);
-    L.pre_ffn_norm = take(H);
-    L.post_ffn_norm = take(H);
-    L.q_norm = take(D);
-    L.k_norm = take(D);
-    L.inv_freq = inv_freq.as<float>();
-    L.rope_position_scale = 1.0f;
-    L.attention_scale = 1.0f / 16.0f;
-    L.window = l % 6 == 5 ? 0 : 512;
-    L.k_cache = caches.as<float>() + int64_t{l} * 2 * s.max_context * kvd;
-    L.v_cache = L.k_cache + s.max_context * kvd;
-    layers.push_back(L);
-  }
-  DeviceMemory table(static_cast<int64_t>(layers.size() * sizeof(layers[0])));
-  CHECK(cudaMemcpy(table.ptr, layers.data(), layers.size() * sizeof(layers[0]), cudaMemcpyHostToDevice));
-  auto launch = [&](uint64_t* tr) {
-    CHECK(cuda::decode_layers(plan, table.as<cuda::DecodeLayer<__nv_bfloat16>>(), s, h.as<float>(), pos.ptr, false,
-                              h.as<float>() + H, ws.ptr, nullptr, stream, tr));
-  };
-  const double bytes = static_cast<double>(s.layers * per_layer * 2);
-  std::printf("decode_layers: %d blocks, %zu B of shared memory at most\n", plan.blocks, plan.smem_bytes);
-  // The planned ring, then other splits of the same bytes into stages.
-  const cuda::DecodeLayersPlan planned = plan;
-  const size_t fixed = planned.smem_bytes - static_cast<size_t>(planned.stages) * planned.stage_bytes;
-  for (const auto& [stages, kb] : {std::pair{planned.stages, planned.stage_bytes / 1024}, std::pair{3, 64},
-                                   std::pair{8, 24}, std::pair{4, 48}, std::pair{2, 32}}) {
-    plan.stages = stages;
-    plan.stage_bytes = kb * 1024;
-    plan.smem_bytes = fixed + static_cast<size_t>(stages) * plan.stage_bytes;
-    if (plan.smem_bytes > planned.smem_bytes) continue;
-    const Timing t = time_launches(stream, 1, [&](int) { launch(nullptr); });
-    print("decode_layers 1B ctx 128, " + std::to_string(stages) + " x " + std::to_string(kb) + " KB", t, bytes, 1e3,
-          "GB/s");
-  }
-  plan = planned;
-  // Longer contexts (more keys per attention split), then back to 128 for the trace.
-  for (const int32_t at : {511, 2047}) {
-    CHECK(cudaMemcpy(pos.ptr, &at, 4, cudaMemcpyHostToDevice));
-    const Timing t = time_launches(stream, 1, [&](int) { launch(nullptr); });
-    print("decode_layers 1B ctx " + std::to_string(at + 1), t, bytes, 1e3, "GB/s");
-  }
-  CHECK(cudaMemcpy(pos.ptr, &p, 4, cudaMemcpyHostToDevice));
-  // Block 0's phases, from traced launches (each kernel alone).
-  const char* names[cuda::kDecodeLayersMarksPerLayer] = {"Q prologue (norms)",
-                                                         "Q GEMV",
-                                                         "barrier",
-                                                         "attention: q/k norms",
-                                                         "attention: keys",
-                                                         "attention: merge",
-                                                         "attention: tail",
-                                                         "barrier",
-                                                         "combine",
-                                                         "O GEMV",
-                                                         "barrier",
-                                                         "G prologue (norms)",
-                                                         "gate/up GEMV",
-                                                         "barrier",
-                                                         "D x load",
-                                                         "down GEMV",
-                                                         "barrier"};
-  std::vector<double> sum(cuda::kDecodeLayersMarksPerLayer, 0.0);
-  std::vector<uint64_t> host(static_cast<size_t>(marks));
-  constexpr int kTraced = 10;
-  double total = 0;
-  for (int r = 0; r < kTraced; ++r) {
-    launch(trace.as<uint64_t>());
-    CHECK(cudaStreamSynchronize(stream));
-    CHECK(cudaMemcpy(host.data(), trace.ptr, host.size() * 8, cudaMemcpyDeviceToHost));
-    total += static_cast<double>(host.back() - host.front()) / 1e3;
-    for (int l = 0; l < s.layers; ++l) {
-      for (int k = 0; k < cuda::kDecodeLayersMarksPerLayer; ++k) {
-        const size_t i = 1 + static_cast<size_t>(l) * cuda::kDecodeLayersMarksPerLayer + static_cast<size_t>(k);
-        sum[static_cast<size_t>(k)] += static_cast<double>(host[i] - host[i - 1]) / 1e3;
-      }
-    }
-  }
-  std::printf("block 0, traced launches: %.1f us from its start to its last barrier; per layer:\n", total / kTraced);
-  for (int k = 0; k < cuda::kDecodeLayersMarksPerLayer; ++k) {
-    std::printf("  %-22s %7.2f us\n", names[k], sum[static_cast<size_t>(k)] / (kTraced * s.layers));
-  }
-}
-
 // ---- graph launch -------------------------------------------------------------------------------
 
 /// What a decode step's graph costs the host to launch, by its number of kernel nodes
@@ -1366,7 +1228,6 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "gemm" || only == "gate_up") bench_gate_up(stream);
   if (only == "gemm_m") bench_gemm_sweep(stream);
   if (only.empty() || only == "rows") bench_rows(stream);
-  if (only.empty() || only == "decode_layers") bench_decode_layers(stream);
   if (only.empty() || only == "graph_launch") bench_graph_launch(stream);
   if (only.empty() || only == "input_copy") bench_input_copy(stream);
   if (only.empty() || only == "layer") bench_layer(stream);

@@ -24,7 +24,6 @@
 #include "core/log.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/capture_lock.h"
-#include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/kernels.h"
 #include "devices/cuda/linear_tactics.h"
@@ -201,7 +200,7 @@ class CudaWeights final : public DeviceWeights {
 
 /// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
 /// nodes, so that the rotations use the CPU's values and no kernel computes a pow. Each table
-/// starts on 16 bytes (the whole-step decode kernel copies them with 16-byte cp.async).
+/// starts on 16 bytes (head_norm_rope's warp form takes a table only where it is 16-byte aligned).
 Status upload_rope_tables(const Network& net, CudaWeights* w) {
   std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
   std::vector<float> host;
@@ -225,11 +224,6 @@ Status upload_rope_tables(const Network& net, CudaWeights* w) {
 struct CapturedGraph {
   cudaGraphExec_t exec = nullptr;
   std::vector<void*> key;  // the addresses the graph was captured with
-  // A one-token profile the whole-step decode kernel serves, while its choice between that
-  // kernel (exec) and the layers step by step (steps) is open: both captured, to be timed on
-  // the next launch (choose_whole_step).
-  cudaGraphExec_t steps = nullptr;
-  enum class Pick { kOpen, kWhole, kSteps } pick = Pick::kOpen;
 };
 
 // A profile whose shapes vary (prefill) enqueues a few hundred launches per call, 2-3 ms of
@@ -293,39 +287,17 @@ struct Step {
   bool feeds_attention = false;
 };
 
-/// A network's decoder layers as the whole-step decode kernel runs them (match_whole_step):
-/// the steps it replaces, its tensors and, per layer, the nodes whose weights and
-/// attributes it reads.
-struct WholeStep {
-  struct Layer {
-    size_t input_norm, qkv, q_norm, k_norm, q_rope, attention, o, post_attention_norm, pre_ffn_norm, gate_up, down,
-        post_ffn_norm;
-  };
-  bool ok = false;
-  std::string why;  // when not ok
-  size_t first_step = 0, end_step = 0;
-  int32_t h_in = -1, h_out = -1, positions = -1;
-  bool pos_i64 = false;
-  DataType type = DataType::kBF16;
-  std::vector<Layer> layers;
-  cuda::DecodeLayersShape shape;
-  cuda::DecodeLayersPlan plan;
-};
-
 class CudaContextState final : public DeviceContextState {
  public:
   ~CudaContextState() override {
     for (CapturedGraph& g : graphs) {
       if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
-      if (g.steps != nullptr) (void)cudaGraphExecDestroy(g.steps);
     }
     for (ShapeGraphs& p : shape_graphs) {
       for (ShapeGraphs::Entry& e : p.graphs) (void)cudaGraphExecDestroy(e.exec);
     }
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (fault_host != nullptr) (void)cudaFreeHost(fault_host);
-    if (whole_layers != nullptr) (void)cudaFree(whole_layers);
-    if (whole_workspace != nullptr) (void)cudaFree(whole_workspace);
   }
   /// The kernels' error flag (kernels.h): mapped host memory, so that the runtime reads it
   /// after waiting for the context's work without a copy (take_input_fault). 0 = no fault.
@@ -337,13 +309,6 @@ class CudaContextState final : public DeviceContextState {
   // The network's steps (fused chains and single nodes), planned on first use.
   std::vector<Step> steps;
   const Network* steps_for = nullptr;
-  // The whole-step decode kernel (decode_layers.h): the network's match, planned on first
-  // use, and this context's device copy of its layer table and its workspace.
-  std::unique_ptr<WholeStep> whole;
-  const Network* whole_for = nullptr;
-  void* whole_layers = nullptr;
-  std::vector<uint8_t> whole_layers_host;  // what whole_layers holds
-  void* whole_workspace = nullptr;
   // cuBLASLt heuristics per (M, N, K, weight type, output type), so a call needs no host-side
   // query.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
@@ -824,281 +789,6 @@ cuda::GatedActivation gated_activation(const Node& act) {
   return act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
 }
 
-// ---- the whole-step decode kernel ---------------------------------------------------------------
-// A static-shape profile of one token (decode) whose steps are Gemma-3 decoder layers can run
-// them as one decode_layers launch (devices/cuda/decode_layers.h) instead of ~8 launches per
-// layer; the embedding before and the final norm and logits after run as before.
-// It is not yet faster than the steps on the models measured (docs/PERFORMANCE.md: 1.57 vs
-// 1.28 ms per token at the Gemma-3-1B shape, 55 vs 37 us for a 2-layer test model), so it is
-// off unless GEARBOX_CUDA_DECODE_KERNEL asks for it: =1 always where it applies, =auto lets
-// each such profile capture both and keep the faster on its first launch (choose_whole_step).
-
-enum class WholeStepMode { kOff, kOn, kTimed };
-WholeStepMode whole_step_mode() {
-  static const WholeStepMode mode = [] {
-    const char* value = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
-    if (value != nullptr && std::strcmp(value, "1") == 0) return WholeStepMode::kOn;
-    if (value != nullptr && std::strcmp(value, "auto") == 0) return WholeStepMode::kTimed;
-    return WholeStepMode::kOff;
-  }();
-  return mode;
-}
-
-/// The decoder layers in `steps` as the whole-step kernel runs them, or ok = false with why.
-/// Layer pattern (plan_steps' chains): [qkv linear (3 outputs)] [q/k norm + RoPE]
-/// [attention] [o linear] [norm + add + norm] [gate/up + activation + down]
-/// [norm + add (+ the next layer's input norm)], after one input rms_norm; the last layer's
-/// residual add is the only tensor of the range read after it.
-WholeStep match_whole_step(const Network& net, const std::vector<Step>& steps) {
-  WholeStep m;
-  auto fail = [&](std::string why) {
-    m.ok = false;
-    m.why = std::move(why);
-    return m;
-  };
-  const auto& N = net.nodes;
-  auto out = [&](size_t n, size_t i = 0) { return N[n].outputs[i]; };
-  auto wtype = [&](size_t n) { return net.weights[static_cast<size_t>(N[n].weights[0])].dtype; };
-  auto wdims = [&](size_t n, size_t i) -> const Dims& {
-    return net.weights[static_cast<size_t>(N[n].weights[i])].dims;
-  };
-  auto is = [&](size_t st, Step::Kind kind, size_t nodes) {
-    return st < steps.size() && steps[st].kind == kind && steps[st].nodes.size() == nodes;
-  };
-  auto single = [&](size_t st, OpKind kind) { return is(st, Step::kSingle, 1) && N[steps[st].nodes[0]].kind == kind; };
-  if (!fusion_enabled()) return fail("fusion is off");
-  size_t st = 0;
-  while (st < steps.size() && !(single(st, OpKind::kRmsNorm) && N[steps[st].nodes[0]].attrs.head_dim == 0 &&
-                                single(st + 1, OpKind::kLinear) && N[steps[st + 1].nodes[0]].outputs.size() == 3)) {
-    ++st;
-  }
-  if (st == steps.size()) return fail("no decoder layer pattern");
-  m.first_step = st;
-  size_t input_norm = steps[st].nodes[0];
-  m.h_in = N[input_norm].inputs[0];
-  int32_t residual = m.h_in;
-  ++st;
-  const Node& first_norm = N[input_norm];
-  for (;;) {
-    WholeStep::Layer L{};
-    L.input_norm = input_norm;
-    if (!single(st, OpKind::kLinear) || !is(st + 1, Step::kHeadNormRope, 4) || !single(st + 2, OpKind::kAttention) ||
-        !single(st + 3, OpKind::kLinear) || !is(st + 4, Step::kNormAddNorm, 3) || !is(st + 5, Step::kGatedLinear, 3) ||
-        !(is(st + 6, Step::kNormAddNorm, 2) || is(st + 6, Step::kNormAddNorm, 3))) {
-      return fail("a layer that is not Gemma-3's");
-    }
-    L.qkv = steps[st].nodes[0];
-    L.q_norm = steps[st + 1].nodes[0];
-    L.k_norm = steps[st + 1].nodes[1];
-    L.q_rope = steps[st + 1].nodes[2];
-    const size_t k_rope = steps[st + 1].nodes[3];
-    L.attention = steps[st + 2].nodes[0];
-    L.o = steps[st + 3].nodes[0];
-    L.post_attention_norm = steps[st + 4].nodes[0];
-    const size_t add_attention = steps[st + 4].nodes[1];
-    L.pre_ffn_norm = steps[st + 4].nodes[2];
-    L.gate_up = steps[st + 5].nodes[0];
-    const size_t act = steps[st + 5].nodes[1];
-    L.down = steps[st + 5].nodes[2];
-    L.post_ffn_norm = steps[st + 6].nodes[0];
-    const size_t add_ffn = steps[st + 6].nodes[1];
-    const Node& att = N[L.attention];
-    const bool wired = N[L.qkv].inputs[0] == out(input_norm) && N[L.q_norm].inputs[0] == out(L.qkv, 0) &&
-                       N[L.k_norm].inputs[0] == out(L.qkv, 1) && att.inputs[0] == out(L.q_rope) &&
-                       att.inputs[1] == out(k_rope) && att.inputs[2] == out(L.qkv, 2) &&
-                       N[L.q_rope].inputs[1] == att.inputs[3] && N[k_rope].inputs[1] == att.inputs[3] &&
-                       N[L.o].inputs[0] == out(L.attention) && N[L.o].outputs.size() == 1 &&
-                       N[L.post_attention_norm].inputs[0] == out(L.o) && N[add_attention].inputs[0] == residual &&
-                       N[add_attention].inputs[1] == out(L.post_attention_norm) &&
-                       N[L.gate_up].inputs[0] == out(L.pre_ffn_norm) && N[L.post_ffn_norm].inputs[0] == out(L.down) &&
-                       N[add_ffn].inputs[0] == out(add_attention) && N[add_ffn].inputs[1] == out(L.post_ffn_norm);
-    if (!wired) return fail("a layer wired differently from Gemma-3's");
-    for (size_t n : {L.qkv, L.o, L.gate_up, L.down}) {
-      if (N[n].attrs.has_bias != 0) return fail("a linear with a bias");
-    }
-    const Node& q_rope = N[L.q_rope];
-    if (N[k_rope].attrs.theta != q_rope.attrs.theta || N[k_rope].attrs.scale != q_rope.attrs.scale) {
-      return fail("q and k rotated differently");
-    }
-    for (size_t n : {L.input_norm, L.q_norm, L.k_norm, L.post_attention_norm, L.pre_ffn_norm, L.post_ffn_norm}) {
-      if (N[n].attrs.eps != first_norm.attrs.eps || N[n].attrs.weight_offset != first_norm.attrs.weight_offset) {
-        return fail("norms with different eps or offsets");
-      }
-    }
-    if (!m.layers.empty() &&
-        (att.attrs.heads != m.shape.heads || att.attrs.kv_heads != m.shape.kv_heads ||
-         att.attrs.head_dim != m.shape.head_dim || gated_activation(N[act]) != m.shape.activation)) {
-      return fail("layers of different shapes");
-    }
-    m.shape.activation = gated_activation(N[act]);
-    m.shape.heads = att.attrs.heads;
-    m.shape.kv_heads = att.attrs.kv_heads;
-    m.shape.head_dim = att.attrs.head_dim;
-    if (N[L.q_norm].attrs.head_dim != att.attrs.head_dim || q_rope.attrs.head_dim != att.attrs.head_dim) {
-      return fail("head norms or RoPE over another head_dim than the attention's");
-    }
-    m.positions = att.inputs[3];
-    m.layers.push_back(L);
-    residual = out(add_ffn);
-    st += 7;
-    if (steps[st - 1].nodes.size() == 2) break;
-    input_norm = steps[st - 1].nodes[2];
-    if (!single(st, OpKind::kLinear)) return fail("the last layer's add feeds a norm that is not a layer's");
-  }
-  m.end_step = st;
-  m.h_out = residual;
-  m.pos_i64 = net.tensors[static_cast<size_t>(m.positions)].dtype == DataType::kI64;
-
-  // Every weight of the range in one 16-bit type; the shapes from the first layer's weights.
-  const WholeStep::Layer& L0 = m.layers[0];
-  m.type = wtype(L0.qkv);
-  if (m.type != DataType::kBF16 && m.type != DataType::kF16) return fail("weights that are not bf16 or f16");
-  const size_t first_node = steps[m.first_step].nodes.front(), last_node = steps[m.end_step - 1].nodes.back();
-  for (size_t n = first_node; n <= last_node; ++n) {
-    for (int32_t w : N[n].weights) {
-      if (net.weights[static_cast<size_t>(w)].dtype != m.type) return fail("weights of mixed types");
-    }
-  }
-  m.shape.layers = static_cast<int>(m.layers.size());
-  m.shape.hidden = static_cast<int>(wdims(L0.qkv, 0)[1]);
-  m.shape.intermediate = static_cast<int>(wdims(L0.gate_up, 0)[0]);
-  m.shape.max_context = net.max_context;
-  m.shape.eps = first_norm.attrs.eps;
-  m.shape.norm_offset = first_norm.attrs.weight_offset;
-  m.shape.weight_bytes = 2;
-  const int64_t qd = static_cast<int64_t>(m.shape.heads) * m.shape.head_dim;
-  const int64_t kvd = static_cast<int64_t>(m.shape.kv_heads) * m.shape.head_dim;
-  for (const WholeStep::Layer& L : m.layers) {
-    const bool dims_ok = wdims(L.qkv, 0) == Dims{qd, m.shape.hidden} && wdims(L.qkv, 1) == Dims{kvd, m.shape.hidden} &&
-                         wdims(L.qkv, 2) == Dims{kvd, m.shape.hidden} && wdims(L.o, 0) == Dims{m.shape.hidden, qd} &&
-                         wdims(L.gate_up, 0) == Dims{m.shape.intermediate, m.shape.hidden} &&
-                         wdims(L.gate_up, 1) == Dims{m.shape.intermediate, m.shape.hidden} &&
-                         wdims(L.down, 0) == Dims{m.shape.hidden, m.shape.intermediate};
-    if (!dims_ok) return fail("layers with different weight shapes");
-  }
-  // Only the last residual is read after the range (the kernel writes no other tensor).
-  std::vector<bool> inside(net.tensors.size(), false);
-  for (size_t n = first_node; n <= last_node; ++n) {
-    for (int32_t t : N[n].outputs) inside[static_cast<size_t>(t)] = true;
-  }
-  inside[static_cast<size_t>(m.h_out)] = false;
-  for (size_t n = 0; n < N.size(); ++n) {
-    if (n >= first_node && n <= last_node) continue;
-    for (int32_t t : N[n].inputs) {
-      if (inside[static_cast<size_t>(t)]) return fail("a tensor inside the layers is read after them");
-    }
-  }
-  for (int32_t t : net.outputs) {
-    if (inside[static_cast<size_t>(t)]) return fail("a tensor inside the layers is a network output");
-  }
-  m.plan = cuda::plan_decode_layers(m.shape);
-  if (!m.plan.ok) return fail(m.plan.why);
-  m.ok = true;
-  return m;
-}
-
-/// The layer table decode_layers reads, for this context's KV caches.
-template <typename W>
-std::vector<uint8_t> whole_step_layers(const Network& net, const CudaWeights& weights, const WholeStep& m,
-                                       const NetworkLaunch& launch) {
-  std::vector<cuda::DecodeLayer<W>> layers;
-  auto w = [&](size_t node, size_t i = 0) {
-    return static_cast<const W*>(weights.ptr[static_cast<size_t>(net.nodes[node].weights[i])]);
-  };
-  for (const WholeStep::Layer& L : m.layers) {
-    const Node& att = net.nodes[L.attention];
-    const Node& rope = net.nodes[L.q_rope];
-    cuda::DecodeLayer<W> d{};
-    d.input_norm = w(L.input_norm);
-    d.q = w(L.qkv, 0);
-    d.k = w(L.qkv, 1);
-    d.v = w(L.qkv, 2);
-    d.q_norm = w(L.q_norm);
-    d.k_norm = w(L.k_norm);
-    d.o = w(L.o);
-    d.post_attention_norm = w(L.post_attention_norm);
-    d.pre_ffn_norm = w(L.pre_ffn_norm);
-    d.gate = w(L.gate_up, 0);
-    d.up = w(L.gate_up, 1);
-    d.down = w(L.down);
-    d.post_ffn_norm = w(L.post_ffn_norm);
-    d.inv_freq = weights.rope_table(rope.attrs.theta, rope.attrs.head_dim);
-    d.rope_position_scale = rope.attrs.scale;
-    d.attention_scale = att.attrs.scale;
-    d.window = att.attrs.window;
-    d.k_cache = static_cast<float*>(launch.states[static_cast<size_t>(att.attrs.state) * 2]);
-    d.v_cache = static_cast<float*>(launch.states[static_cast<size_t>(att.attrs.state) * 2 + 1]);
-    layers.push_back(d);
-  }
-  const auto* bytes = reinterpret_cast<const uint8_t*>(layers.data());
-  return {bytes, bytes + layers.size() * sizeof(cuda::DecodeLayer<W>)};
-}
-
-/// Readies the whole-step kernel for this launch (outside any capture: it may allocate and
-/// copy), or returns null when the launch runs step by step: not one token, not a match,
-/// or a weight not 16-byte aligned (bulk copies need it).
-Result<const WholeStep*> prepare_whole_step(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
-                                            CudaContextState* state, const std::vector<Step>& steps,
-                                            cudaStream_t stream) {
-  if (whole_step_mode() == WholeStepMode::kOff) return static_cast<const WholeStep*>(nullptr);
-  if (state->whole_for != &net) {
-    state->whole = std::make_unique<WholeStep>(match_whole_step(net, steps));
-    state->whole_for = &net;
-    if (state->whole->ok) {
-      GEARBOX_LOG(kDebug,
-                  "cuda: the whole-step decode kernel serves the %d decoder layers of one-token static profiles",
-                  state->whole->shape.layers);
-    } else {
-      GEARBOX_LOG(kDebug, "cuda: decoder layers run step by step (no whole-step kernel: %s)",
-                  state->whole->why.c_str());
-    }
-  }
-  const WholeStep& m = *state->whole;
-  if (!m.ok || ir::row_count(launch.dims[static_cast<size_t>(m.h_in)]) != 1)
-    return static_cast<const WholeStep*>(nullptr);
-  std::vector<uint8_t> table = m.type == DataType::kBF16 ? whole_step_layers<__nv_bfloat16>(net, weights, m, launch)
-                                                         : whole_step_layers<__half>(net, weights, m, launch);
-  for (const auto& L : m.layers) {
-    for (size_t n : {L.input_norm, L.qkv, L.q_norm, L.k_norm, L.o, L.post_attention_norm, L.pre_ffn_norm, L.gate_up,
-                     L.down, L.post_ffn_norm}) {
-      for (int32_t wid : net.nodes[n].weights) {
-        if (reinterpret_cast<uintptr_t>(weights.ptr[static_cast<size_t>(wid)]) % 16 != 0) {
-          return static_cast<const WholeStep*>(nullptr);
-        }
-      }
-    }
-  }
-  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-  if (state->whole_workspace == nullptr) {
-    GEARBOX_CUDA(cudaMalloc(&state->whole_workspace, static_cast<size_t>(m.plan.workspace_bytes)));
-    GEARBOX_CUDA(cudaMemsetAsync(state->whole_workspace, 0, static_cast<size_t>(m.plan.workspace_bytes), stream));
-  }
-  if (state->whole_layers == nullptr) GEARBOX_CUDA(cudaMalloc(&state->whole_layers, table.size()));
-  if (state->whole_layers_host != table) {
-    state->whole_layers_host = std::move(table);
-    // Ordered after the context's earlier work on this stream (a replay may still read it).
-    GEARBOX_CUDA(cudaMemcpyAsync(state->whole_layers, state->whole_layers_host.data(), state->whole_layers_host.size(),
-                                 cudaMemcpyHostToDevice, stream));
-  }
-  return &m;
-}
-
-Status run_whole_step(const WholeStep& m, const NetworkLaunch& launch, const CudaContextState& state,
-                      cudaStream_t stream) {
-  auto tensor = [&](int32_t t) { return launch.tensors[static_cast<size_t>(t)]; };
-  const auto* h_in = static_cast<const float*>(tensor(m.h_in));
-  auto* h_out = static_cast<float*>(tensor(m.h_out));
-  const cudaError_t err =
-      m.type == DataType::kBF16
-          ? cuda::decode_layers(m.plan, static_cast<const cuda::DecodeLayer<__nv_bfloat16>*>(state.whole_layers),
-                                m.shape, h_in, tensor(m.positions), m.pos_i64, h_out, state.whole_workspace,
-                                state.fault_device, stream)
-          : cuda::decode_layers(m.plan, static_cast<const cuda::DecodeLayer<__half>*>(state.whole_layers), m.shape,
-                                h_in, tensor(m.positions), m.pos_i64, h_out, state.whole_workspace, state.fault_device,
-                                stream);
-  return cuda_check(err, "decode layers (whole-step kernel)");
-}
-
 /// A stacked QKV linear's output left in the scratch (run_cuda_node's stacked_out) for the
 /// kHeadNormRope step after it (Step::stacked_into_head_norm): y [M, row], q, k and v side
 /// by side.
@@ -1426,10 +1116,9 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
   return in;
 }
 
-/// Every step of the network on `stream`; with `whole`, its decoder layers as one
-/// whole-step launch.
+/// Every step of the network on `stream`.
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
-               const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
+               const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context, launch.progress};
   bool scratch_input = false;
   std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
@@ -1441,19 +1130,11 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
     ~Forget() { cuda::forget_plain_launch(); }
   } forget;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (whole != nullptr && i == whole->first_step) {
-      GEARBOX_RETURN_IF_ERROR(
-          run_whole_step(*whole, launch, *static_cast<const CudaContextState*>(launch.context), stream));
-      i = whole->end_step - 1;
-      scratch_input = false;
-      continue;
-    }
     const Step& step = steps[i];
     const size_t n = step.nodes[0];
     Status s;
-    // The step that runs next (none where the whole-step launch takes over).
-    const Step* next =
-        i + 1 < steps.size() && (whole == nullptr || i + 1 != whole->first_step) ? &steps[i + 1] : nullptr;
+    // The step that runs next.
+    const Step* next = i + 1 < steps.size() ? &steps[i + 1] : nullptr;
     // The previous step left its norms to this step's GEMV.
     const std::optional<NormInput> norm_input = norm;
     norm = norm_into_gemv(net, weights, step, next, args, launch.tactics);
@@ -1510,12 +1191,11 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
   return {};
 }
 
-/// `net` captured as one graph on `stream` (the caller holds cuda_capture_mutex), its decoder
-/// layers as one whole-step launch when `whole` is not null.
+/// `net` captured as one graph on `stream` (the caller holds cuda_capture_mutex).
 Result<cudaGraphExec_t> capture_graph(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
-                                      cudaStream_t stream, const std::vector<Step>& steps, const WholeStep* whole) {
+                                      cudaStream_t stream, const std::vector<Step>& steps) {
   GEARBOX_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  Status launched = run_all(net, weights, launch, stream, steps, whole);
+  Status launched = run_all(net, weights, launch, stream, steps);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   if (!launched.ok()) {
@@ -1566,7 +1246,7 @@ Status launch_shape_graph(const Network& net, const CudaWeights& weights, const 
   cudaGraphExec_t exec = nullptr;
   {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-    Result<cudaGraphExec_t> captured = capture_graph(net, weights, launch, stream, steps, nullptr);
+    Result<cudaGraphExec_t> captured = capture_graph(net, weights, launch, stream, steps);
     if (!captured.ok()) return captured.status();
     exec = *captured;
   }
@@ -1631,56 +1311,6 @@ class GatedTiming {
   std::vector<void*> tensors_;     // the node's, and out_ as the activation's output
   std::vector<uint32_t> tactics_;  // per node: the linear's under test, else kDefault
 };
-
-/// Times a profile's two decode graphs (the whole-step kernel's, g.exec, and the steps',
-/// g.steps) on this launch's inputs, alternating them, and keeps the faster for good. Running
-/// the step more than once is harmless: it rewrites the same outputs and the same KV-cache
-/// row. When a kernel reports a bad device-resident input meanwhile (the fault stays for the
-/// wait to report) the times mean nothing: the choice stays open and g.exec runs.
-Status choose_whole_step(CapturedGraph& g, int32_t profile, const CudaContextState& state, cudaStream_t stream) {
-  constexpr int kRuns = 9;
-  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-  const CudaEvent e0(cudaEventDefault), e1(cudaEventDefault), e2(cudaEventDefault);
-  if (e0.get() == nullptr || e1.get() == nullptr || e2.get() == nullptr) {
-    return device_error("cudaEventCreateWithFlags failed");
-  }
-  GEARBOX_CUDA(cudaGraphLaunch(g.exec, stream));  // warm-up
-  GEARBOX_CUDA(cudaGraphLaunch(g.steps, stream));
-  std::vector<double> whole_us, steps_us;
-  for (int run = 0; run < kRuns; ++run) {
-    const bool whole_first = run % 2 == 0;
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, stream));  // the GPU busy while the host enqueues
-    GEARBOX_CUDA(cudaEventRecord(e0.get(), stream));
-    GEARBOX_CUDA(cudaGraphLaunch(whole_first ? g.exec : g.steps, stream));
-    GEARBOX_CUDA(cudaEventRecord(e1.get(), stream));
-    GEARBOX_CUDA(cudaGraphLaunch(whole_first ? g.steps : g.exec, stream));
-    GEARBOX_CUDA(cudaEventRecord(e2.get(), stream));
-    GEARBOX_CUDA(cudaEventSynchronize(e2.get()));
-    float first = 0.0f, second = 0.0f;
-    GEARBOX_CUDA(cudaEventElapsedTime(&first, e0.get(), e1.get()));
-    GEARBOX_CUDA(cudaEventElapsedTime(&second, e1.get(), e2.get()));
-    whole_us.push_back(1000.0 * (whole_first ? first : second));
-    steps_us.push_back(1000.0 * (whole_first ? second : first));
-  }
-  if (*static_cast<volatile int*>(state.fault_host) != 0) return {};
-  auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  const double whole = median(whole_us), steps = median(steps_us);
-  if (whole < steps) {
-    g.pick = CapturedGraph::Pick::kWhole;
-    GEARBOX_CUDA(cudaGraphExecDestroy(g.steps));
-  } else {
-    g.pick = CapturedGraph::Pick::kSteps;
-    GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
-    g.exec = g.steps;
-  }
-  g.steps = nullptr;
-  GEARBOX_LOG(kDebug, "cuda: profile %d chose %s for its decoder layers (%.1f us with it, %.1f us step by step)",
-              profile, whole < steps ? "the whole-step kernel" : "steps", whole, steps);
-  return {};
-}
 
 /// GEARBOX_CUDA_TUNE_BY_ROWS=0: cuBLASLt linears keep the one heuristic timed at the
 /// profile's opt rows (as before kernels 9).
@@ -2062,11 +1692,6 @@ class CudaBackend final : public DeviceBackend {
     const int fault = *flag;
     if (fault == 0) return {};
     *flag = 0;
-    if (fault == 2) {
-      return internal_error(
-          "the whole-step decode kernel's grid barrier timed out (a fault of the kernel, not of the input); that "
-          "run's outputs are not valid; with GEARBOX_CUDA_DECODE_KERNEL unset the layers run step by step");
-    }
     return out_of_range(
         "a kernel met a value outside its range in a device-resident input (a token id outside "
         "the vocabulary or a position outside the KV cache); that run's outputs are not valid");
@@ -2125,29 +1750,15 @@ class CudaBackend final : public DeviceBackend {
     key.push_back(launch.scratch);
     key.insert(key.end(), launch.progress.begin(), launch.progress.end());
     if (g.exec == nullptr || g.key != key) {
-      Result<const WholeStep*> whole = prepare_whole_step(net, w, launch, state, state->steps, s);
-      if (!whole.ok()) return whole.status();
-      for (cudaGraphExec_t* exec : {&g.exec, &g.steps}) {
-        if (*exec != nullptr) GEARBOX_CUDA(cudaGraphExecDestroy(*exec));
-        *exec = nullptr;
-      }
-      const WholeStep* use = *whole;
-      if (use != nullptr && whole_step_mode() == WholeStepMode::kTimed && g.pick == CapturedGraph::Pick::kSteps) {
-        use = nullptr;
-      }
+      if (g.exec != nullptr) GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
+      g.exec = nullptr;
       const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-      Result<cudaGraphExec_t> exec = capture_graph(net, w, launch, s, state->steps, use);
+      Result<cudaGraphExec_t> exec = capture_graph(net, w, launch, s, state->steps);
       if (!exec.ok()) return exec.status();
       g.exec = *exec;
-      if (use != nullptr && whole_step_mode() == WholeStepMode::kTimed && g.pick == CapturedGraph::Pick::kOpen) {
-        Result<cudaGraphExec_t> steps = capture_graph(net, w, launch, s, state->steps, nullptr);
-        if (!steps.ok()) return steps.status();
-        g.steps = *steps;
-      }
       g.key = std::move(key);
       GEARBOX_LOG(kDebug, "cuda: profile %d captured its graph for new addresses", launch.profile);
     }
-    if (g.steps != nullptr) GEARBOX_RETURN_IF_ERROR(choose_whole_step(g, launch.profile, *state, s));
     return cuda_check(cudaGraphLaunch(g.exec, s), "cudaGraphLaunch");
   }
 

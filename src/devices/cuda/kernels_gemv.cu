@@ -41,8 +41,7 @@
 //   into shared memory asynchronously (cp.async) behind its first W loads; after it, the
 //   block copies the sublayer output and the residual in (all loads in flight at once),
 //   forms sum and the normalized input there (two block reductions) and runs its units from
-//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h,
-//   shared with the whole-step decode kernel).
+//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h).
 // - Progress (GemvProgress, M = 1 and one target): after every `every` units and its last,
 //   the block meets at a barrier and thread 0 moves the block's slot to its next unit's first
 //   output with a release store at system scope, so that the host can copy y out of mapped

@@ -4,8 +4,7 @@
 // GEARBOX_CUDA_NORM_INTO_GEMV, GEARBOX_CUDA_HOST_OUTPUTS, GEARBOX_CUDA_HOST_PROGRESS (also a number),
 // and GEARBOX_CUDA_GEMV_GEOMETRIES and GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each
 // on unless set to "0", for measuring what each mechanism buys
-// (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off unless "1" or "auto") is read in
-// cuda_backend.cpp.
+// (docs/PERFORMANCE.md).
 #pragma once
 
 #include <cstdlib>
