@@ -1,7 +1,6 @@
 // One cuBLASLt GEMM, as the CUDA device runs it, and one of our kernels reading its output:
 // a program small enough to run alone under compute-sanitizer, so that what the sanitizer
-// reports over the engine suite can be told apart between cuBLASLt's kernels and ours
-// (docs/PERFORMANCE.md, 2026-12-02 (eighth)).
+// reports over the engine suite can be told apart between cuBLASLt's kernels and ours.
 //
 //   cublaslt_sanitizer_probe gemm M N K OUT INDEX    # OUT = f32 | bf16, heuristic INDEX
 //   cublaslt_sanitizer_probe control written | unwritten
