@@ -717,8 +717,7 @@ void bench_gemm_sweep(cudaStream_t stream) {
 
 /// The fused row kernels at the 1B shape (hidden 1152; 4 q heads, 1 KV head of 256, read
 /// from a stacked QKV output): norm_add_norm_to (the prefill form, y in bf16) and
-/// head_norm_rope, at decode's 1 row and prefill's 128 and 512. GEARBOX_CUDA_HEAD_NORM_WARPS=0
-/// times head_norm_rope's block-per-head form at every T.
+/// head_norm_rope, at decode's 1 row and prefill's 128 and 512.
 void bench_rows(cudaStream_t stream) {
   std::printf("\n== fused row kernels, 1B shape ==\n");
   constexpr int64_t H = 1152, hd = 256, q_heads = 4, row = (q_heads + 2) * hd;

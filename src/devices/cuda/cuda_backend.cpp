@@ -393,10 +393,8 @@ std::vector<Step> plan_steps(const Network& net);
 /// 16-byte aligned in the gate tensor's memory (M x N f32 = two M x N 16-bit matrices).
 /// Rounding the GEMM's output halves its stores and the activation's loads; each value the
 /// activation reads then carries one bf16 / f16 rounding, as in HF's bf16 MLP.
-/// GEARBOX_CUDA_ROUNDED_GATE_UP=0 keeps them f32 (for measuring what rounding them buys).
 bool rounded_gate_up(const Network& net, const Step* step, uint32_t tactic) {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_ROUNDED_GATE_UP");
-  if (!enabled || step == nullptr || step->kind != Step::kGatedLinear || is_gemv(tactic)) return false;
+  if (step == nullptr || step->kind != Step::kGatedLinear || is_gemv(tactic)) return false;
   const Node& linear = net.nodes[step->nodes[0]];
   const ir::WeightInfo& w = net.weights[static_cast<size_t>(linear.weights[0])];
   return (w.dtype == DataType::kBF16 || w.dtype == DataType::kF16) && linear.attrs.has_bias == 0 &&
@@ -867,13 +865,6 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   });
 }
 
-/// GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION=0 keeps the q / k norms and RoPE a launch of their own
-/// before the decode attention (for measuring what computing them in the attention buys).
-bool head_norm_into_attention_enabled() {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION");
-  return enabled;
-}
-
 /// Whether the attention after a kHeadNormRope step computes that step itself
 /// (cuda::attention_decode_head_norm): the step's rotated q and k are read only by that
 /// attention (Step::feeds_attention), which runs the split-KV tactic on one token with
@@ -887,8 +878,8 @@ bool head_norm_into_attention_enabled() {
 /// The memory plan keeps both steps' tensors apart (launch_group_ends).
 bool head_norm_into_attention(const Network& net, const CudaWeights& weights, const Step* prev, const Step& step,
                               const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
-  if (!head_norm_into_attention_enabled() || !step.feeds_attention || prev == nullptr || next == nullptr ||
-      prev->kind != Step::kSingle || next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
+  if (!step.feeds_attention || prev == nullptr || next == nullptr || prev->kind != Step::kSingle ||
+      next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
       !is_gemv(tactics[prev->nodes[0]])) {
     return false;
   }
@@ -1049,13 +1040,6 @@ bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, cons
          weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
 }
 
-/// GEARBOX_CUDA_NORM_INTO_GEMV=0 keeps the residual step's norms a launch of their own before
-/// a GEMV (for measuring what computing them in the GEMV buys).
-bool norm_into_gemv_enabled() {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_NORM_INTO_GEMV");
-  return enabled;
-}
-
 /// Whether the GEMV of the step after a kNormAddNorm step computes that step in its prologue
 /// (cuda::GemvNormInput), and with what: the step's last norm is read only by the next
 /// step's linear (plan_steps), which runs the GEMV tactic as one launch (a single linear of
@@ -1065,8 +1049,7 @@ bool norm_into_gemv_enabled() {
 /// The memory plan keeps both steps' tensors apart (launch_group_ends).
 std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& weights, const Step& step,
                                         const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
-  if (!norm_into_gemv_enabled() || !step.feeds_linear || next == nullptr ||
-      (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
+  if (!step.feeds_linear || next == nullptr || (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
     return std::nullopt;
   }
   const Node& linear = net.nodes[next->nodes[0]];

@@ -131,8 +131,7 @@ constexpr bool gemv_norm_input_served(int64_t M, int64_t K) {
 ///
 /// A launch runs at most as many blocks as the device holds at once (fewer when max_blocks
 /// > 0 caps them, as tests do), each block serving several blocks' worth of rows in turn
-/// with the next one's loads in flight; GEARBOX_CUDA_GEMV_PERSISTENT=0 gives every block's
-/// worth its own block again.
+/// with the next one's loads in flight.
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
                  cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
@@ -224,7 +223,7 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// positions_from_host: `positions` and the cache rows below p are complete before the kernel
 /// ahead of this one starts (written ahead of the network, whose first kernel waits for them:
 /// launch.h), so with k_new at T = 1 the kernel loads its first K / V rows (all but p's)
-/// before it waits for the previous kernel; GEARBOX_CUDA_EARLY_KEYS=0 turns that off.
+/// before it waits for the previous kernel.
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,

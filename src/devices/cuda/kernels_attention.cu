@@ -248,19 +248,6 @@ constexpr int kSlotMergeMaxG = 4;
 /// Splits one cluster can combine: H100 / H200 schedule clusters of up to 16 blocks.
 constexpr int kMaxClusterSplits = 16;
 
-/// GEARBOX_CUDA_EARLY_KEYS=0 keeps the decode kernel's first key loads after its wait for the
-/// previous kernel (for measuring).
-bool early_keys_enabled() {
-  static const bool enabled = switch_on("GEARBOX_CUDA_EARLY_KEYS");
-  return enabled;
-}
-
-/// GEARBOX_CUDA_CLUSTER_COMBINE=0 combines every split in the second kernel (for measuring).
-bool cluster_combine_enabled() {
-  static const bool enabled = switch_on("GEARBOX_CUDA_CLUSTER_COMBINE");
-  return enabled;
-}
-
 /// The end of a clustered split kernel, where block r of the cluster holds split r's
 /// (m, l, acc) in shared memory. Every block reads the splits' m and l (lane r of warp 0
 /// reads split r) and forms the weights exp2(m_r - max m) as the combine kernel does; then
@@ -1597,7 +1584,7 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   const int splits = attention_decode_splits(max_ctx, window, max_splits);
   // One split needs no combining; up to kMaxClusterSplits are combined inside a cluster where
   // the sm_90 code runs, more by the combine kernel through `partials`.
-  const bool cluster = splits > 1 && splits <= kMaxClusterSplits && hopper_code_runs() && cluster_combine_enabled();
+  const bool cluster = splits > 1 && splits <= kMaxClusterSplits && hopper_code_runs();
   if (splits > 1 && !cluster && partials == nullptr) return cudaErrorInvalidValue;
   AttentionArgs a =
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
@@ -1608,7 +1595,7 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
     a.v_new = v_new;
     a.k_cache_out = k_cache;
     a.v_cache_out = v_cache;
-    a.keys_before_wait = positions_from_host && early_keys_enabled();
+    a.keys_before_wait = positions_from_host;
   } else if (k_new != nullptr) {
     const cudaError_t written = kv_cache_write(k_new, v_new, positions, pos_i64, T, kv_heads * head_dim, k_cache,
                                                v_cache, max_ctx, error_flag, stream);

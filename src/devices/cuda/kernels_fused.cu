@@ -297,10 +297,9 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   const int64_t blocks = args.first_block[count];
   if (blocks == 0) return cudaSuccess;
   if (blocks > INT32_MAX) return cudaErrorInvalidValue;
-  // The warp form for calls of several tokens (measured faster at 128 and 512 tokens, no
-  // faster at one: docs/PERFORMANCE.md); GEARBOX_CUDA_HEAD_NORM_WARPS=0 keeps the block form.
-  static const bool warps = switch_on("GEARBOX_CUDA_HEAD_NORM_WARPS");
-  bool warp = warps && T > 1 && head_dim % 8 == 0 && head_dim <= 8 * 32 * kHeadQuads;
+  // The warp form for calls of several tokens (faster there; no faster at one token, which
+  // takes the block form), where the rows and tables allow its 16-byte loads.
+  bool warp = T > 1 && head_dim % 8 == 0 && head_dim <= 8 * 32 * kHeadQuads;
   for (int i = 0; i < count && warp; ++i) {
     const HeadNormRope<W>& p = parts[i];
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };

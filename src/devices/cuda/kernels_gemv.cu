@@ -59,7 +59,6 @@
 #include "devices/cuda/kernels.h"
 #include "devices/cuda/launch.h"
 #include "devices/cuda/residual_norm.h"
-#include "devices/cuda/switches.h"
 
 namespace gearbox::cuda {
 namespace {
@@ -479,13 +478,6 @@ int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
   return int64_t{sms} * per_sm;
 }
 
-/// Whether a launch with more units than resident blocks runs them on the resident blocks
-/// (GEARBOX_CUDA_GEMV_PERSISTENT, on unless "0") rather than one block per unit.
-bool persistent_grid() {
-  static const bool on = switch_on("GEARBOX_CUDA_GEMV_PERSISTENT");
-  return on;
-}
-
 /// Blocks of the kNorm kernel (M = 1) the device holds at once, at the largest shared memory a
 /// norm launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
 template <typename W, bool kGated, int R, int U>
@@ -507,12 +499,12 @@ void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStrea
   int64_t blocks = p.total_blocks;
   size_t shared = 0;
   if constexpr (kNorm) {
-    if (persistent_grid()) blocks = std::min(blocks, norm_resident_blocks<W, kGated, R, U>());
+    blocks = std::min(blocks, norm_resident_blocks<W, kGated, R, U>());
     shared = norm_shared_bytes<W>(p.K);
   } else {
     static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
                                         resident_blocks(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
-    if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
+    blocks = std::min(blocks, resident[vec ? 1 : 0]);
   }
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
   if (p.progress.slots != nullptr) blocks = std::min<int64_t>(blocks, p.progress.count);
