@@ -110,6 +110,25 @@ Status cuda_check(cudaError_t err, const char* what) {
 }
 #define GEARBOX_CUDA(call) GEARBOX_RETURN_IF_ERROR(cuda_check((call), #call))
 
+/// The limits of the device the backend runs on (device 0, made current by cuda_backend()).
+const cuda::DeviceLimits& backend_limits() { return cuda::device_limits(0); }
+
+/// Whether kernels go out with programmatic dependent launch (launch.h): where the sm_90 code
+/// runs, unless GEARBOX_CUDA_PDL=0 (for measuring what overlapping launches buys).
+bool dependent_launch_enabled() {
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_PDL") && backend_limits().hopper_code_runs;
+  return enabled;
+}
+
+/// How the backend's kernels go out on `stream`: with programmatic dependent launch where it is
+/// enabled and the stream is not the legacy default stream (the builder's synchronous timing).
+/// first_plain: the call's first kernel goes out plainly (a network's first kernel waits for
+/// the inputs enqueued ahead of the network).
+cuda::Launch launch_on(cudaStream_t stream, bool first_plain = false) {
+  const bool pdl = stream != nullptr && dependent_launch_enabled();
+  return {stream, pdl, pdl && !first_plain, &backend_limits()};
+}
+
 // ---- streams and events ----------------------------------------------------------------------
 
 class CudaEvent final : public EventImpl {
@@ -468,7 +487,7 @@ constexpr int64_t kHostProgressMinBytes = int64_t{256} << 10;
 /// gate and up rounded to the weights' type into the first output's memory, described here;
 /// the second output tensor is not written.
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
-                     cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr,
+                     const cuda::Launch& launch, bool input_in_scratch = false, const float** stacked_out = nullptr,
                      RoundedGateUp* rounded = nullptr, const NormInput* norm = nullptr) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
@@ -489,7 +508,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         using W = decltype(w);
         return cuda_check(
             cuda::embedding<W>(in(0), is_i64(0), in_dims(0).volume(), static_cast<const W*>(weights.ptr[wid(0)]),
-                               wdims(0)[0], wdims(0)[1], at.scale, out(0), fault, stream),
+                               wdims(0)[0], wdims(0)[1], at.scale, out(0), fault, launch),
             what);
       });
     case OpKind::kRmsNorm: {
@@ -498,7 +517,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       return by_weight_type(weights.type[wid(0)], [&](auto w) {
         using W = decltype(w);
         return cuda_check(cuda::rms_norm<W>(f(0), static_cast<const W*>(weights.ptr[wid(0)]), out(0), x.volume() / dim,
-                                            dim, at.eps, at.weight_offset, stream),
+                                            dim, at.eps, at.weight_offset, launch),
                           what);
       });
     }
@@ -528,7 +547,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                             wdims(first + t)[0]};
             }
             GEARBOX_RETURN_IF_ERROR(cuda_check(
-                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream, gemv_geometry(tactic), 0,
+                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, launch, gemv_geometry(tactic), 0,
                                     norm != nullptr ? &norm_input : nullptr, progress),
                 norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
           }
@@ -539,7 +558,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       // Several outputs of 16-bit weights (fused QKV, gate+up) share one conversion of x.
       const bool shared_input = (outs > 1 || input_in_scratch) && type != DataType::kF32;
       if (shared_input && !input_in_scratch) {
-        GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
+        GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, launch));
       }
       const auto stacked_on_device = [&] {
         int64_t rows = 0;
@@ -563,7 +582,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
           if (!algo.ok()) return algo.status();
           *rounded = {base, base + width * bytes, 2 * width};
           return state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(0)], type, base, m, 2 * width, k,
-                                                    stream);
+                                                    launch);
         }
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, width, k, type, alt, type);
         if (!algo.ok()) return algo.status();
@@ -571,7 +590,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         for (size_t o = 0; o < 2; ++o) {
           GEARBOX_RETURN_IF_ERROR(state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(o)], type,
                                                                      base + static_cast<int64_t>(o) * m * width * bytes,
-                                                                     m, width, k, stream));
+                                                                     m, width, k, launch));
         }
         return {};
       }
@@ -589,12 +608,12 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, total, k, type, alt);
         if (!algo.ok()) return algo.status();
         GEARBOX_RETURN_IF_ERROR(
-            state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, stream));
+            state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, launch));
         if (stacked_out != nullptr) {
           *stacked_out = y;
           return {};
         }
-        return cuda_check(cuda::split_columns(y, m, split, stream), "linear (stacked weights): split_columns");
+        return cuda_check(cuda::split_columns(y, m, split, launch), "linear (stacked weights): split_columns");
       }
       for (size_t o = 0; o < outs; ++o) {
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
@@ -602,15 +621,15 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         const void* w = weights.ptr[wid(o)];
         GEARBOX_RETURN_IF_ERROR(
             shared_input
-                ? state->gemm->run_converted(*algo, a.scratch, w, type, bias(o), out(o), m, wdims(o)[0], k, stream)
-                : state->gemm->run(*algo, f(0), w, type, bias(o), out(o), m, wdims(o)[0], k, a.scratch, stream));
+                ? state->gemm->run_converted(*algo, a.scratch, w, type, bias(o), out(o), m, wdims(o)[0], k, launch)
+                : state->gemm->run(*algo, f(0), w, type, bias(o), out(o), m, wdims(o)[0], k, a.scratch, launch));
       }
       return {};
     }
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
       return cuda_check(cuda::rope(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta,
-                                   at.scale, fault, stream),
+                                   at.scale, fault, launch),
                         what);
     }
     case OpKind::kAttention: {
@@ -622,44 +641,44 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
         return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream,
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, launch,
                                                  network_input(net, node.inputs[3])),
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
         return cuda_check(cuda::attention_prefill_mma(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                       at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                      at.scale, static_cast<float*>(a.scratch), fault, stream),
+                                                      at.scale, static_cast<float*>(a.scratch), fault, launch),
                           "attention (tensor cores)");
       }
       GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
-                                                              net.max_context, fault, stream),
+                                                              net.max_context, fault, launch),
                                          "kv_cache_write"));
       if (tactic == kAttentionSplitKv) {
         return cuda_check(cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, launch),
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma) {
         return cuda_check(
             cuda::attention_prefill_mma(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                         at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                        static_cast<float*>(a.scratch), nullptr, stream),
+                                        static_cast<float*>(a.scratch), nullptr, launch),
             "attention (tensor cores)");
       }
       return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                                static_cast<float*>(a.scratch), stream),
+                                                static_cast<float*>(a.scratch), launch),
                         "attention (tiled)");
     }
     case OpKind::kGeluTanhMul:
-      return cuda_check(cuda::gelu_tanh_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
-    case OpKind::kSiluMul: return cuda_check(cuda::silu_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
-    case OpKind::kAdd: return cuda_check(cuda::add(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
+      return cuda_check(cuda::gelu_tanh_mul(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
+    case OpKind::kSiluMul: return cuda_check(cuda::silu_mul(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
+    case OpKind::kAdd: return cuda_check(cuda::add(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
     case OpKind::kTakeLast: {
       const Dims& x = in_dims(0);
-      return cuda_check(cuda::take_last(f(0), out(0), x[0], x[1], x[2], stream), what);
+      return cuda_check(cuda::take_last(f(0), out(0), x[0], x[1], x[2], launch), what);
     }
   }
   return internal_error("unknown op kind in node " + node.name);
@@ -804,7 +823,7 @@ struct StackedQkv {
 /// its f32 output is never stored. qkv (a kHeadNormRope step of q and k): they are read from
 /// the stacked output, and v is copied out of it in the same launch.
 Status run_fused(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
-                 cudaStream_t stream, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
+                 const cuda::Launch& launch, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
   auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
   const Node& first = net.nodes[step.nodes[0]];
@@ -839,7 +858,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
           cuda::head_norm_rope<W>(parts, static_cast<int>(count), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
-                                  norm.head_dim, norm.eps, norm.weight_offset, fault, stream),
+                                  norm.head_dim, norm.eps, norm.weight_offset, fault, launch),
           qkv != nullptr ? "rms_norm + rope (fused, from the stacked QKV output)" : "rms_norm + rope (fused)");
     }
     const Node& add = net.nodes[step.nodes[1]];
@@ -852,7 +871,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                             static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
                             static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
                             static_cast<const W*>(weight(*next)), static_cast<W*>(a.scratch), x.volume() / dim, dim,
-                            norm.eps, norm.weight_offset, stream),
+                            norm.eps, norm.weight_offset, launch),
                         "rms_norm + add + rms_norm into the GEMM input (fused)");
     }
     return cuda_check(
@@ -860,7 +879,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                                static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
                                next != nullptr ? static_cast<const W*>(weight(*next)) : nullptr,
                                next != nullptr ? static_cast<float*>(tensor(next->outputs[0])) : nullptr,
-                               x.volume() / dim, dim, norm.eps, norm.weight_offset, stream),
+                               x.volume() / dim, dim, norm.eps, norm.weight_offset, launch),
         "rms_norm + add + rms_norm (fused)");
   });
 }
@@ -896,7 +915,7 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
       cuda::gemv_blocks(rows.data(), static_cast<int>(linear.outputs.size()), k,
                         static_cast<int64_t>(data_type_size(weights.type[static_cast<size_t>(linear.weights[0])])),
                         gemv_geometry(tactics[prev->nodes[0]]));
-  if (blocks >= cuda::multiprocessor_count()) return false;
+  if (blocks >= backend_limits().sm_count) return false;
   const Node& attention = net.nodes[next->nodes[0]];
   const Dims& q = a.dims[static_cast<size_t>(attention.inputs[0])];
   if (q[0] * q[1] != 1 || attention.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
@@ -908,7 +927,7 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
 /// The attention node n computing the q / k norms and RoPE of the kHeadNormRope step before it
 /// (head_norm_into_attention holds): one attention_decode_head_norm launch.
 Status run_attention_head_norm(const Network& net, const CudaWeights& weights, const Step& head_norm, size_t n,
-                               const NodeArgs& a, cudaStream_t stream) {
+                               const NodeArgs& a, const cuda::Launch& launch) {
   const Node& q_norm = net.nodes[head_norm.nodes[0]];
   const Node& k_norm = net.nodes[head_norm.nodes[1]];
   const Node& rope = net.nodes[head_norm.nodes[2]];
@@ -932,14 +951,14 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
                           tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
                           tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,
                           net.max_context, at.window, at.scale, norm, static_cast<float*>(a.scratch), kMaxSplits,
-                          fault_flag(a), stream, network_input(net, node.inputs[3])),
+                          fault_flag(a), launch, network_input(net, node.inputs[3])),
                       "rms_norm + rope + attention (split-KV)");
   });
 }
 
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
 Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, uint32_t tactic,
-                      const NodeArgs& a, cudaStream_t stream, const NormInput* norm = nullptr) {
+                      const NodeArgs& a, const cuda::Launch& launch, const NormInput* norm = nullptr) {
   const Node& linear = net.nodes[step.nodes[0]];
   const Node& act = net.nodes[step.nodes[1]];
   const Dims& x = a.dims[static_cast<size_t>(linear.inputs[0])];
@@ -955,7 +974,7 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
                                           static_cast<const W*>(weights.ptr[wid(0)]),
                                           static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
                                           static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]),
-                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], stream,
+                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], launch,
                                           gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
                       norm != nullptr ? "rms_norm + add + rms_norm + linear + gated activation (fused gemv)"
                                       : "linear + gated activation (fused gemv)");
@@ -970,10 +989,10 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
 /// rounded_gate_up holds, the GEMMs write gate and up in the weights' type and the
 /// activation reads them so (gated_activation_rows).
 Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step,
-                      std::span<const uint32_t> tactics, const NodeArgs& args, cudaStream_t stream,
+                      std::span<const uint32_t> tactics, const NodeArgs& args, const cuda::Launch& launch,
                       bool input_in_scratch) {
   const auto run = [&](size_t node, bool in_scratch) {
-    return run_cuda_node(net, weights, node, tactics[node], args, stream, in_scratch)
+    return run_cuda_node(net, weights, node, tactics[node], args, launch, in_scratch)
         .with_context(net.nodes[node].name);
   };
   const Node& act = net.nodes[step.nodes[1]];
@@ -985,7 +1004,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
   if (rounded_gate_up(net, &step, tactics[linear])) {
     RoundedGateUp g;
     GEARBOX_RETURN_IF_ERROR(
-        run_cuda_node(net, weights, linear, tactics[linear], args, stream, input_in_scratch, nullptr, &g)
+        run_cuda_node(net, weights, linear, tactics[linear], args, launch, input_in_scratch, nullptr, &g)
             .with_context(net.nodes[linear].name));
     const Dims& gate_dims = args.dims[static_cast<size_t>(act.inputs[0])];
     const int64_t rows = ir::row_count(gate_dims), width = gate_dims[gate_dims.rank() - 1];
@@ -999,7 +1018,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
           } else {
             const auto activate = [&](auto* out, const char* what) {
               return cuda_check(cuda::gated_activation_rows(static_cast<const W*>(g.gate), static_cast<const W*>(g.up),
-                                                            g.ld, gated_activation(act), out, rows, width, stream),
+                                                            g.ld, gated_activation(act), out, rows, width, launch),
                                 what);
             };
             return to_down
@@ -1022,7 +1041,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
                             using W = decltype(tag);
                             return cuda_check(cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]),
                                                                         gated_activation(act),
-                                                                        static_cast<W*>(args.scratch), n, stream),
+                                                                        static_cast<W*>(args.scratch), n, launch),
                                               "gated activation into the GEMM input (fused)");
                           }).with_context(act.name));
   return run(down, true);
@@ -1106,12 +1125,10 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
   bool scratch_input = false;
   std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
   const Step* head_norm = nullptr;  // the previous step (q / k norms and RoPE), for this step's attention
-  // The first kernel waits for everything ahead of the network (launch.h): the decode
-  // attention reads the positions input before its own wait.
-  cuda::launch_next_plainly();
-  struct Forget {
-    ~Forget() { cuda::forget_plain_launch(); }
-  } forget;
+  // The first step that launches goes out plainly, so that the network's first kernel waits
+  // for everything ahead of the network (launch.h): the decode attention reads the positions
+  // input before its own wait. The steps after it are dependent launches where enabled.
+  bool launched = false;
   for (size_t i = 0; i < steps.size(); ++i) {
     const Step& step = steps[i];
     const size_t n = step.nodes[0];
@@ -1134,16 +1151,18 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
       scratch_input = false;
       continue;
     }
+    const cuda::Launch on = launch_on(stream, /*first_plain=*/!launched);
+    launched = true;
     // The previous step wrote this step's linear input into the scratch.
     const bool input_in_scratch = scratch_input;
     scratch_input = norm_writes_gemm_input(net, weights, step, next, launch.tactics);
     if (head_norm_step != nullptr) {
-      s = run_attention_head_norm(net, weights, *head_norm_step, n, args, stream);
+      s = run_attention_head_norm(net, weights, *head_norm_step, n, args, on);
     } else if (step.kind == Step::kSingle) {
       // A stacked QKV linear whose output the next step (the q / k norms and RoPE) reads.
       const bool defer = step.stacked_into_head_norm && is_stacked(launch.tactics[n]);
       const float* stacked = nullptr;
-      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch, defer ? &stacked : nullptr,
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, on, input_in_scratch, defer ? &stacked : nullptr,
                         nullptr, norm_input ? &*norm_input : nullptr);
       if (s.ok() && defer) {
         const Node& linear = net.nodes[n];
@@ -1156,18 +1175,18 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
                              static_cast<float*>(args.tensors[static_cast<size_t>(linear.outputs[2])]),
                              rows(2) / head_dim};
         ++i;
-        s = run_fused(net, weights, steps[i], args, stream, false, &qkv);
+        s = run_fused(net, weights, steps[i], args, on, false, &qkv);
       }
     } else if (step.kind != Step::kGatedLinear) {
-      s = run_fused(net, weights, step, args, stream, scratch_input);
+      s = run_fused(net, weights, step, args, on, scratch_input);
     } else if (is_gemv(launch.tactics[n])) {
-      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, stream, norm_input ? &*norm_input : nullptr);
+      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, on, norm_input ? &*norm_input : nullptr);
       if (s.ok() && step.nodes.size() == 3) {  // the down projection
         const size_t down = step.nodes[2];
-        s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
+        s = run_cuda_node(net, weights, down, launch.tactics[down], args, on).with_context(net.nodes[down].name);
       }
     } else {  // a GEMM: the linear, then the activation (into the down projection's GEMM)
-      s = run_gated_gemm(net, weights, step, launch.tactics, args, stream, input_in_scratch);
+      s = run_gated_gemm(net, weights, step, launch.tactics, args, on, input_in_scratch);
     }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }
@@ -1283,9 +1302,9 @@ class GatedTiming {
   /// The pair under `tactic` on the legacy stream.
   Status run(const Network& net, const CudaWeights& weights, uint32_t tactic, const NodeArgs& args) {
     const NodeArgs timed{tensors_, args.dims, args.scratch, args.states, args.context};
-    if (is_gemv(tactic)) return run_gated_gemv(net, weights, pair_, tactic, timed, nullptr);
+    if (is_gemv(tactic)) return run_gated_gemv(net, weights, pair_, tactic, timed, launch_on(nullptr));
     tactics_[pair_.nodes[0]] = tactic;
-    return run_gated_gemm(net, weights, pair_, tactics_, timed, nullptr, false);
+    return run_gated_gemm(net, weights, pair_, tactics_, timed, launch_on(nullptr), false);
   }
 
  private:
@@ -1313,7 +1332,7 @@ Result<double> median_device_us(const std::function<Status()>& enqueue) {
   if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
   std::vector<double> us;
   for (int run = 0; run < 6; ++run) {
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
+    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, launch_on(nullptr)));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const Status s = enqueue();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
@@ -1376,6 +1395,7 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   if (!gemm.ok()) return gemm.status();
   const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
   const int64_t m_max = rows_of(last);
+  const cuda::Launch timing = launch_on(nullptr);
   void* x = nullptr;
   void* y = nullptr;
   void* scratch = nullptr;
@@ -1390,7 +1410,7 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   // not zeros; the converted copy comes from it as the linear's would.
   if (s.ok()) s = cuda_check(cudaMemset(x, 0x3c, static_cast<size_t>(m_max * k * 4)), "cudaMemset");
   if (s.ok() && type != DataType::kF32) {
-    s = cuda::CublasLtGemm::convert_input(static_cast<const float*>(x), type, m_max, k, scratch, nullptr);
+    s = cuda::CublasLtGemm::convert_input(static_cast<const float*>(x), type, m_max, k, scratch, timing);
   }
   for (int b = first; s.ok() && b <= last; ++b) {
     const int64_t m = rows_of(b);
@@ -1407,11 +1427,11 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
           const cublasLtMatmulAlgo_t* algo = &found[g][std::min(i, found[g].size() - 1)].algo;
           GEARBOX_RETURN_IF_ERROR(
               type == DataType::kF32 ? (*gemm)->run(algo, static_cast<const float*>(x), w[g], type, nullptr,
-                                                    static_cast<float*>(y), m, widths[g], k, scratch, nullptr)
+                                                    static_cast<float*>(y), m, widths[g], k, scratch, timing)
               : out == DataType::kF32
                   ? (*gemm)->run_converted(algo, scratch, w[g], type, nullptr, static_cast<float*>(y), m, widths[g], k,
-                                           nullptr)
-                  : (*gemm)->run_converted_rounded(algo, scratch, w[g], type, y, m, widths[g], k, nullptr));
+                                           timing)
+                  : (*gemm)->run_converted_rounded(algo, scratch, w[g], type, y, m, widths[g], k, timing));
         }
         return {};
       });
@@ -1559,10 +1579,10 @@ class CudaBackend final : public DeviceBackend {
       }
       if (tactic == kAttentionMma) {
         return cuda::attention_prefill_mma_scratch_floats(t, node.attrs.heads, node.attrs.kv_heads, node.attrs.head_dim,
-                                                          net.max_context) *
+                                                          net.max_context, backend_limits()) *
                4;
       }
-      return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
+      return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim, backend_limits()) * 4;
     }
     return 0;
   }
@@ -1749,7 +1769,8 @@ class CudaBackend final : public DeviceBackend {
                   const NodeArgs& args) const override {
     // Synchronous: the builder times it with a host clock.
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-    GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr));
+    GEARBOX_RETURN_IF_ERROR(
+        run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, launch_on(nullptr)));
     return cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
 
@@ -1794,11 +1815,11 @@ class CudaBackend final : public DeviceBackend {
         run_args.tensors = tensors;
       }
     }
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
+    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, launch_on(nullptr)));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
     Status s = gated->applies() ? gated->run(net, w, tactic, run_args)
-                                : run_cuda_node(net, w, node, tactic, run_args, nullptr);
+                                : run_cuda_node(net, w, node, tactic, run_args, launch_on(nullptr));
     if (s.ok() && to_host >= 0 && !is_gemv(tactic)) {
       s = cuda_check(cudaMemcpyAsync(timing_host_.get(), args.tensors[static_cast<size_t>(to_host)],
                                      static_cast<size_t>(host_bytes), cudaMemcpyDeviceToHost, nullptr),

@@ -6,20 +6,23 @@
 // work), and every weight-reading kernel is instantiated for W in {float, __nv_bfloat16,
 // __half} and accumulates in f32.
 //
-//   // y[1, 1152] = x[1, 1152] * W[1152, 1152]^T on `stream`, nothing synchronized:
-//   cudaError_t err = gearbox::cuda::gemv<__nv_bfloat16>(x, w, nullptr, y, 1, 1152, 1152, stream);
+//   // y[1, 1152] = x[1, 1152] * W[1152, 1152]^T on on.stream, nothing synchronized:
+//   const Launch on{stream, true, true, &device_limits(0)};
+//   cudaError_t err = gearbox::cuda::gemv<__nv_bfloat16>(x, w, nullptr, y, 1, 1152, 1152, on);
 //
 // Conventions shared by every launcher:
-// - It enqueues its kernels on `stream` and returns cudaGetLastError(): a launch error, or
+// - It enqueues its kernels as `launch` describes (launch.h: the stream, programmatic
+//   dependent launch, the device's limits, from which grid sizes are computed) and returns
+//   cudaGetLastError(): a launch error, or
 //   cudaErrorInvalidValue for arguments it cannot serve (named per launcher). It never
 //   synchronizes and never allocates, so every launcher can be captured into a CUDA graph.
 // - Every pointer is device memory. Outputs must not alias inputs unless stated.
 // - Vector (16-byte) loads are used when the pointers are 16-byte aligned and the row
 //   lengths allow it; any other alignment or length takes a scalar path with the same
 //   results, so there is no alignment requirement, only a speed one.
-// - Launches use programmatic dependent launch on sm_90 (devices/cuda/launch.h): a kernel
-//   may start before its predecessor on the stream ends, and waits for it before touching
-//   anything the predecessor writes. Stream order is what callers see.
+// - With programmatic dependent launch (devices/cuda/launch.h) a kernel may start before its
+//   predecessor on the stream ends, and waits for it before touching anything the
+//   predecessor writes. Stream order is what callers see.
 // - Error flag: `int* error_flag` (device-accessible memory, nullable) is set to 1 with an
 //   atomic by a kernel that meets bad device-resident input (a token id outside the
 //   vocabulary, a position outside the KV cache). It is never cleared by a kernel: the
@@ -36,6 +39,8 @@
 
 #include <cstdint>
 
+#include "devices/cuda/launch.h"
+
 namespace gearbox::cuda {
 
 // ---- embedding ----------------------------------------------------------------------------
@@ -44,7 +49,7 @@ namespace gearbox::cuda {
 /// An id outside [0, vocab): that row of `out` is NaN and *error_flag is set to 1.
 template <typename W>
 cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* table, int64_t vocab, int64_t hidden,
-                      float scale, float* out, int* error_flag, cudaStream_t stream);
+                      float scale, float* out, int* error_flag, const Launch& launch);
 
 // ---- RMSNorm --------------------------------------------------------------------------------
 /// For each of `rows` rows of `dim`: y = x * (1 / sqrt(mean(x^2) + eps)) * (float(w) + offset).
@@ -52,7 +57,7 @@ cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* tab
 /// dim = head_dim. Small dims (<= 512) take one warp per row, larger ones a block per row.
 template <typename W>
 cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t dim, float eps, float offset,
-                     cudaStream_t stream);
+                     const Launch& launch);
 
 // ---- rotary position embedding --------------------------------------------------------------
 /// x, y [T, heads * head_dim] (may alias); positions [T]. Rotate-half RoPE over the whole
@@ -61,7 +66,7 @@ cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t
 /// head_dim must be even and positive (else cudaErrorInvalidValue). A negative position
 /// poisons its row with NaN and sets *error_flag (nullable).
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
-                 int64_t head_dim, float theta, float position_scale, int* error_flag, cudaStream_t stream);
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch);
 
 // ---- KV cache ---------------------------------------------------------------------------------
 /// k_cache[positions[t], :] = k[t, :], v_cache[positions[t], :] = v[t, :] for t < T.
@@ -69,7 +74,7 @@ cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, 
 /// *error_flag and its row is skipped (the other rows are written).
 cudaError_t kv_cache_write(const float* k, const float* v, const void* positions, bool pos_i64, int64_t T,
                            int64_t width, float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag,
-                           cudaStream_t stream);
+                           const Launch& launch);
 
 // ---- linear, small M (decode): y[M, N] = x[M, K] * W[N, K]^T (+ bias[N]) --------------------
 /// Rows of x one launch can serve (the CPU kernel's kSmallMMaxRows).
@@ -134,13 +139,11 @@ constexpr bool gemv_norm_input_served(int64_t M, int64_t K) {
 /// with the next one's loads in flight.
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
+                 const Launch& launch, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0);
 
 /// Blocks' worth of rows of an aligned one-row gemv / gemv_multi launch over `count` outputs
 /// of n[i] rows of K weights of weight_bytes each (the grid before the resident-block cap).
 int64_t gemv_blocks(const int64_t* n, int count, int64_t K, int64_t weight_bytes, GemvGeometry geometry);
-/// SMs of the device current at the first call (0 if the query fails).
-int multiprocessor_count();
 
 /// One weight of a gemv_multi launch: y [M, n] = x * w[n, K]^T (+ bias[n]).
 template <typename W>
@@ -175,7 +178,7 @@ struct GemvProgress {
 /// of at most 2^30 - 1 rows, count >= 1 and every >= 1, else it is cudaErrorInvalidValue.
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
+                       const Launch& launch, GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
                        const GemvNormInput<W>* norm_input = nullptr, GemvProgress progress = {});
 
 /// The activation of a gated pair: out = act(gate) * up (gelu_tanh_mul, silu_mul).
@@ -187,7 +190,7 @@ enum class GatedActivation : int { kGeluTanh = 0, kSilu = 1 };
 /// gemv_multi's.
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
-                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, const Launch& launch,
                        GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
                        const GemvNormInput<W>* norm_input = nullptr);
 
@@ -212,9 +215,10 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// Flash-decoding for few queries (T of 1..8 is the intended use; any T works): the keys of
 /// each query are cut into attention_decode_splits(...) chunks handled by separate blocks.
 /// Their partial results (max, sum, unnormalized output) are combined inside a thread-block
-/// cluster where the sm_90 code runs and there are at most 16 splits (one kernel), else by
-/// a second kernel through `partials` (attention_decode_partials_floats(...) floats; may be
-/// null when neither applies). max_splits in [1, 256].
+/// cluster where the sm_90 code runs (launch.limits->hopper_code_runs) and there are at most
+/// 16 splits (one kernel), else by a second kernel through `partials`
+/// (attention_decode_partials_floats(...) floats; may be null when neither applies).
+/// max_splits in [1, 256].
 /// k_new, v_new [T, kv_heads * head_dim] (both or neither): the new tokens' rows, written to
 /// the caches first as kv_cache_write would (for T = 1 by the attention kernel itself, which
 /// reads key p from k_new / v_new, so the decode step needs no separate launch).
@@ -227,7 +231,7 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                             float* partials, int max_splits, int* error_flag, const Launch& launch,
                              bool positions_from_host = false);
 
 /// The per-head RMSNorm and RoPE of q and k (head_norm_rope's work) that
@@ -256,30 +260,31 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                        float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
                                        int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                                        const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
-                                       int* error_flag, cudaStream_t stream, bool positions_from_host = false);
+                                       int* error_flag, const Launch& launch, bool positions_from_host = false);
 
 /// How many ways attention_prefill splits the keys of each block of 16 query rows: enough
-/// blocks to fill an H200 for short prompts (1 from 512 tokens at 4 heads), at most 8.
-int attention_prefill_splits(int64_t T, int64_t heads);
+/// blocks for four per SM of the device for short prompts, at most 8.
+int attention_prefill_splits(int64_t T, int64_t heads, const DeviceLimits& limits);
 /// Floats of scratch attention_prefill needs for any T' <= T (the splits' partials, as
 /// attention_decode_partials_floats; 0 when no T' splits).
-int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim);
+int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim, const DeviceLimits& limits);
 /// Tiled attention for any T: a block takes 16 query rows of one head, walks the keys in
 /// tiles of 32 staged in shared memory, online softmax, f32 (no tensor cores). With
-/// attention_prefill_splits(T, heads) > 1 the keys are split across blocks and combined by
-/// a second kernel through `scratch` (attention_prefill_scratch_floats(T, ...) floats).
+/// attention_prefill_splits(T, heads, *launch.limits) > 1 the keys are split across blocks
+/// and combined by a second kernel through `scratch` (attention_prefill_scratch_floats(T, ...)
+/// floats).
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              int64_t max_ctx, int64_t window, float scale, float* scratch, cudaStream_t stream);
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch);
 
 /// How many ways attention_prefill_mma splits the keys of each block of 64 query rows: enough
-/// blocks for two per SM of an H200 (1 from 4161 tokens at 4 heads), at most 4.
-int attention_prefill_mma_splits(int64_t T, int64_t heads);
+/// blocks for two per SM of the device, at most 4.
+int attention_prefill_mma_splits(int64_t T, int64_t heads, const DeviceLimits& limits);
 /// Floats of scratch attention_prefill_mma needs for any T' <= T: the bf16 rows of both
 /// caches (max_ctx rows, when head_dim % 8 == 0), then the splits' partials (as
 /// attention_prefill_scratch_floats, with attention_prefill_mma_splits).
 int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                             int64_t max_ctx);
+                                             int64_t max_ctx, const DeviceLimits& limits);
 /// attention_prefill on tensor cores (mma.sync, sm_80+): blocks of 64 query rows, key tiles
 /// of 64, q k^T and p v as bf16 products accumulated in f32, softmax in f32. q, k, v and the
 /// softmax weights are rounded to bf16, so outputs differ from attention_prefill's by up to
@@ -294,17 +299,17 @@ int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t k
 cudaError_t attention_prefill_mma(const float* q, const float* k_new, const float* v_new, float* k_cache,
                                   float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
-                                  float scale, float* scratch, int* error_flag, cudaStream_t stream);
+                                  float scale, float* scratch, int* error_flag, const Launch& launch);
 
 // ---- elementwise (n elements, f32) --------------------------------------------------------------
 /// out = gelu_tanh(gate) * up, gelu_tanh(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
-cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, const Launch& launch);
 /// out = silu(gate) * up, silu(g) = g / (1 + exp(-g)).
-cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream);
+cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, const Launch& launch);
 /// out = a + b (out may alias a or b).
-cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+cudaError_t add(const float* a, const float* b, float* out, int64_t n, const Launch& launch);
 /// y[r, :] += bias for each of `rows` rows of y [rows, n] (the GEMM's bias).
-cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream);
+cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, const Launch& launch);
 /// One output of split_columns: out [rows, n] (+ bias [n], nullable).
 struct ColumnTarget {
   float* out;
@@ -319,18 +324,18 @@ struct ColumnSplit {
 /// y [rows, sum n_i] -> out_i [rows, n_i] = the columns of target i (+ its bias): the outputs
 /// of a multi-output linear computed as one GEMM over its stacked weights. 1..4 targets, each
 /// n_i >= 1; no out_i may overlap y.
-cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, cudaStream_t stream);
+cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, const Launch& launch);
 /// x [batch, T, F] -> y [batch, F]: the last position of each sequence. T >= 1.
-cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream);
+cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, const Launch& launch);
 /// y[i] = W(x[i]), round to nearest even (the GEMM's activation conversion; W = float copies).
 template <typename W>
-cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream);
+cudaError_t convert_f32_to(const float* x, W* y, int64_t n, const Launch& launch);
 /// out[i] = W(act(gate[i]) * up[i]) for act GELU (tanh) or SiLU: gelu_tanh_mul / silu_mul
 /// and convert_f32_to in one pass (a prefill's MLP activation feeding the down projection's
 /// GEMM), the f32 product never stored. W: bf16 or f16 (or float).
 template <typename W>
 cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
-                                cudaStream_t stream);
+                                const Launch& launch);
 /// out[r, c] = Out(act(gate[r * ld + c]) * up[r * ld + c]) for r < rows, c < n: the gated
 /// activation of 16-bit gate and up rows (the gate / up GEMMs' outputs rounded to W, each
 /// [rows, n] with ld = n, or side by side in one stacked [rows, 2n] output with ld = 2n), out
@@ -338,21 +343,13 @@ cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivat
 /// must not overlap gate or up.
 template <typename W, typename Out>
 cudaError_t gated_activation_rows(const W* gate, const W* up, int64_t ld, GatedActivation activation, Out* out,
-                                  int64_t rows, int64_t n, cudaStream_t stream);
-/// The thread's next launch of one of these kernels goes out plainly, not with programmatic
-/// dependent launch (launch.h): a network's first kernel then starts only once all work
-/// enqueued ahead of the network has finished, so that no kernel of the network (each let
-/// in early by its predecessor) runs ahead of the copies and the caller's kernels that wrote
-/// its inputs. Before its wait, a kernel may thus read a network input that no kernel of the
-/// network writes (the decode attention's positions).
-void launch_next_plainly();
-/// Drops a launch_next_plainly() that no launch used (a network of cuBLASLt calls only).
-void forget_plain_launch();
+                                  int64_t rows, int64_t n, const Launch& launch);
 
 /// One thread that keeps the stream busy for at least `microseconds` (by the GPU's global
 /// timer): what the host enqueues behind it meanwhile then runs back to back, so events
 /// around it time the device work and not the host's launches (the builder's tuning).
-cudaError_t spin(int64_t microseconds, cudaStream_t stream);
+/// Always a plain launch: nothing before it is waited for early, nothing after it starts early.
+cudaError_t spin(int64_t microseconds, const Launch& launch);
 
 // ---- fused chains (the CUDA device's decode path; each equals its unfused sequence) ----------
 /// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk
@@ -382,7 +379,7 @@ inline constexpr int kHeadNormRopeMaxParts = 3;
 /// rope() does.
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
-                           int64_t head_dim, float eps, float offset, int* error_flag, cudaStream_t stream);
+                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch);
 
 /// The residual step around a Gemma sublayer, per row of `dim`:
 ///   sum = residual + rms_norm(x, w_post)           (the post-norm and the residual add)
@@ -390,12 +387,12 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
 /// x, residual, sum, y [rows, dim]; sum may alias residual, y may alias x. One block per row.
 template <typename W>
 cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
-                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream);
+                          int64_t rows, int64_t dim, float eps, float offset, const Launch& launch);
 /// norm_add_norm with y rounded to W (nearest even, as convert_f32_to): a GEMM input in the
 /// weights' type (prefill: the next linear reads it, and no conversion runs). w_next and y
 /// must not be null; y must not alias x, residual or sum.
 template <typename W>
 cudaError_t norm_add_norm_to(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, W* y,
-                             int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream);
+                             int64_t rows, int64_t dim, float eps, float offset, const Launch& launch);
 
 }  // namespace gearbox::cuda

@@ -676,12 +676,12 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 /// The combine kernel over `splits` partials of each of a's T * heads rows: decode's second
 /// kernel (more splits than a cluster takes) and the split prefill's.
-void launch_combine(const AttentionArgs& a, const float* partials, int splits, bool vec4, cudaStream_t stream) {
+void launch_combine(const AttentionArgs& a, const float* partials, int splits, bool vec4, const Launch& launch) {
   const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.T));
   if (vec4 && aligned16(partials)) {
-    launch_kernel(attention_decode_combine_kernel<true>, grid, kCombineThreads, 0, stream, a, partials, splits);
+    launch_kernel(attention_decode_combine_kernel<true>, grid, kCombineThreads, 0, launch, a, partials, splits);
   } else {
-    launch_kernel(attention_decode_combine_kernel<false>, grid, kCombineThreads, 0, stream, a, partials, splits);
+    launch_kernel(attention_decode_combine_kernel<false>, grid, kCombineThreads, 0, launch, a, partials, splits);
   }
 }
 
@@ -729,25 +729,25 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 /// Prefill's combine of `splits` partials per row: a warp per row where the splits fit in
 /// a warp, else the decode kernel.
-void launch_combine_rows(const AttentionArgs& a, const float* partials, int splits, bool vec4, cudaStream_t stream) {
+void launch_combine_rows(const AttentionArgs& a, const float* partials, int splits, bool vec4, const Launch& launch) {
   if (splits > 32) {
-    launch_combine(a, partials, splits, vec4, stream);
+    launch_combine(a, partials, splits, vec4, launch);
     return;
   }
   constexpr int64_t kRowsPerBlock = kCombineThreads / 32;
   const auto grid = static_cast<unsigned>((a.T * a.heads + kRowsPerBlock - 1) / kRowsPerBlock);
   if (vec4 && aligned16(partials)) {
-    launch_kernel(attention_rows_combine_kernel<true>, grid, kCombineThreads, 0, stream, a, partials, splits);
+    launch_kernel(attention_rows_combine_kernel<true>, grid, kCombineThreads, 0, launch, a, partials, splits);
   } else {
-    launch_kernel(attention_rows_combine_kernel<false>, grid, kCombineThreads, 0, stream, a, partials, splits);
+    launch_kernel(attention_rows_combine_kernel<false>, grid, kCombineThreads, 0, launch, a, partials, splits);
   }
 }
 
 template <int kG, bool kVec4>
-void launch_decode_split(const AttentionArgs& a, bool cluster, float* partials, int splits, cudaStream_t stream) {
+void launch_decode_split(const AttentionArgs& a, bool cluster, float* partials, int splits, const Launch& launch) {
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(a.heads / kG), static_cast<unsigned>(a.T));
   if (!cluster) {
-    launch_kernel(attention_decode_split_kernel<kG, kVec4, false>, grid, kDecodeThreads, 0, stream, a, partials,
+    launch_kernel(attention_decode_split_kernel<kG, kVec4, false>, grid, kDecodeThreads, 0, launch, a, partials,
                   splits);
     return;
   }
@@ -755,16 +755,16 @@ void launch_decode_split(const AttentionArgs& a, bool cluster, float* partials, 
   if (splits > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
     return;  // the error is cudaGetLastError()'s
   }
-  launch_cluster_kernel(kernel, grid, kDecodeThreads, 0, stream, static_cast<unsigned>(splits), a, partials, splits);
+  launch_cluster_kernel(kernel, grid, kDecodeThreads, 0, launch, static_cast<unsigned>(splits), a, partials, splits);
 }
 
 template <int kG>
 void launch_decode_split(const AttentionArgs& a, bool vec4, bool cluster, float* partials, int splits,
-                         cudaStream_t stream) {
+                         const Launch& launch) {
   if (vec4) {
-    launch_decode_split<kG, true>(a, cluster, partials, splits, stream);
+    launch_decode_split<kG, true>(a, cluster, partials, splits, launch);
   } else {
-    launch_decode_split<kG, false>(a, cluster, partials, splits, stream);
+    launch_decode_split<kG, false>(a, cluster, partials, splits, launch);
   }
 }
 
@@ -776,9 +776,9 @@ constexpr int kPrefillThreads = 128;
 constexpr int kPrefillLanesPerRow = kPrefillThreads / kPrefillRows;        // 8, adjacent lanes of one warp
 constexpr int kPrefillScoresPerLane = kPrefillKeys / kPrefillLanesPerRow;  // 4
 constexpr int kPrefillDPerLane = kMaxD / kPrefillLanesPerRow;              // 32
-// Blocks the prefill launch aims for (4 per SM of an H200) by splitting the keys of few row
-// blocks (short prompts), at most kPrefillMaxSplits ways.
-constexpr int64_t kPrefillTargetBlocks = 4 * 132;
+// Blocks per SM the prefill launch aims for by splitting the keys of few row blocks (short
+// prompts), at most kPrefillMaxSplits ways.
+constexpr int64_t kPrefillBlocksPerSm = 4;
 constexpr int64_t kPrefillMaxSplits = 8;
 
 /// Shared memory: q [16][D + 1], k [32][D + 1] (odd strides: a lane per key reads without
@@ -965,7 +965,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 constexpr int kMmaRows = 64;  // query rows per block, 16 per warp
 constexpr int kMmaKeys = 64;  // keys per tile
 constexpr int kMmaThreads = 128;
-constexpr int64_t kMmaTargetBlocks = 2 * 132;  // two blocks per SM of an H200
+constexpr int64_t kMmaBlocksPerSm = 2;  // blocks per SM the launch aims for by splitting the keys
 // At most 4: every split writes T * heads * (head_dim + 2) floats of partials, which the
 // combine kernel reads again (8 MB each way at 512 tokens of the 1B shape).
 constexpr int64_t kMmaMaxSplits = 4;
@@ -1080,7 +1080,7 @@ __device__ __forceinline__ void stage_rows_async(__nv_bfloat16* dst, const __nv_
 }
 
 constexpr int kToBf16Threads = 256;
-constexpr int kToBf16Blocks = 2 * 132;
+constexpr int64_t kToBf16BlocksPerSm = 2;  // the conversion's most blocks, per SM
 
 /// lo = the minimum and hi = the maximum of the kToBf16Threads threads' values, in every
 /// thread of the block (one barrier).
@@ -1489,7 +1489,7 @@ __global__ void __launch_bounds__(kMmaThreads, 2)
 
 template <int kD>
 cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch, int splits, const __nv_bfloat16* k16,
-                               const __nv_bfloat16* v16, cudaStream_t stream) {
+                               const __nv_bfloat16* v16, const Launch& launch) {
   const auto kernel = k16 != nullptr ? attention_prefill_mma_kernel<kD, true, true>
                       : vec4         ? attention_prefill_mma_kernel<kD, true, false>
                                      : attention_prefill_mma_kernel<kD, false, false>;
@@ -1500,7 +1500,8 @@ cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((a.T + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(splits));
-  kernel<<<grid, kMmaThreads, smem, stream>>>(a, scratch, splits, k16, v16);  // a plain launch, as the tiled kernel's
+  kernel<<<grid, kMmaThreads, smem, launch.stream>>>(a, scratch, splits, k16,
+                                                     v16);  // a plain launch, as the tiled kernel's
   return cudaSuccess;
 }
 
@@ -1544,16 +1545,16 @@ AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cac
 
 cudaError_t kv_cache_write(const float* k, const float* v, const void* positions, bool pos_i64, int64_t T,
                            int64_t width, float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag,
-                           cudaStream_t stream) {
+                           const Launch& launch) {
   if (T < 0 || width < 0 || max_ctx < 0 || T > INT32_MAX || width > INT32_MAX) return cudaErrorInvalidValue;
   if (T == 0 || width == 0) return cudaSuccess;
   const bool vec = width % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(k_cache) && aligned16(v_cache);
   const auto blocks = static_cast<unsigned>(T);
   if (vec) {
-    launch_kernel(kv_cache_write_kernel<true>, blocks, kCacheWriteThreads, 0, stream, k, v, positions, pos_i64, width,
+    launch_kernel(kv_cache_write_kernel<true>, blocks, kCacheWriteThreads, 0, launch, k, v, positions, pos_i64, width,
                   k_cache, v_cache, max_ctx, error_flag);
   } else {
-    launch_kernel(kv_cache_write_kernel<false>, blocks, kCacheWriteThreads, 0, stream, k, v, positions, pos_i64, width,
+    launch_kernel(kv_cache_write_kernel<false>, blocks, kCacheWriteThreads, 0, launch, k, v, positions, pos_i64, width,
                   k_cache, v_cache, max_ctx, error_flag);
   }
   return cudaGetLastError();
@@ -1574,7 +1575,7 @@ namespace {
 cudaError_t launch_attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache,
                                     float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
                                     int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
-                                    float scale, float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                                    float scale, float* partials, int max_splits, int* error_flag, const Launch& launch,
                                     bool positions_from_host, const AttentionArgs::HeadNorm& norm) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
       max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr)) {
@@ -1584,12 +1585,13 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   const int splits = attention_decode_splits(max_ctx, window, max_splits);
   // One split needs no combining; up to kMaxClusterSplits are combined inside a cluster where
   // the sm_90 code runs, more by the combine kernel through `partials`.
-  const bool cluster = splits > 1 && splits <= kMaxClusterSplits && hopper_code_runs();
+  const bool cluster = splits > 1 && splits <= kMaxClusterSplits && launch.limits->hopper_code_runs;
   if (splits > 1 && !cluster && partials == nullptr) return cudaErrorInvalidValue;
   AttentionArgs a =
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   a.error_flag = error_flag;
   a.norm = norm;
+  Launch next = launch;  // the call's first kernel as `launch` says, the later ones as launch.following()
   if (k_new != nullptr && T == 1) {
     a.k_new = k_new;
     a.v_new = v_new;
@@ -1598,8 +1600,9 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
     a.keys_before_wait = positions_from_host;
   } else if (k_new != nullptr) {
     const cudaError_t written = kv_cache_write(k_new, v_new, positions, pos_i64, T, kv_heads * head_dim, k_cache,
-                                               v_cache, max_ctx, error_flag, stream);
+                                               v_cache, max_ctx, error_flag, next);
     if (written != cudaSuccess) return written;
+    next = launch.following();
   }
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache) &&
                     (k_new == nullptr || (aligned16(k_new) && aligned16(v_new)));
@@ -1611,15 +1614,15 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   const auto blocks_for = [&](int64_t kg) { return splits * kv_heads * (group / kg) * T; };
   const auto fits = [&](int64_t kg) { return group % kg == 0 && blocks_for(kg) >= 256; };
   if (fits(8)) {
-    launch_decode_split<8>(a, vec4, cluster, partials, splits, stream);
+    launch_decode_split<8>(a, vec4, cluster, partials, splits, next);
   } else if (fits(4)) {
-    launch_decode_split<4>(a, vec4, cluster, partials, splits, stream);
+    launch_decode_split<4>(a, vec4, cluster, partials, splits, next);
   } else if (fits(2)) {
-    launch_decode_split<2>(a, vec4, cluster, partials, splits, stream);
+    launch_decode_split<2>(a, vec4, cluster, partials, splits, next);
   } else {
-    launch_decode_split<1>(a, vec4, cluster, partials, splits, stream);
+    launch_decode_split<1>(a, vec4, cluster, partials, splits, next);
   }
-  if (splits > 1 && !cluster) launch_combine(a, partials, splits, vec4, stream);
+  if (splits > 1 && !cluster) launch_combine(a, partials, splits, vec4, launch.following());
   return cudaGetLastError();
 }
 
@@ -1633,10 +1636,10 @@ constexpr int weight_kind() {
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
-                             float* partials, int max_splits, int* error_flag, cudaStream_t stream,
+                             float* partials, int max_splits, int* error_flag, const Launch& launch,
                              bool positions_from_host) {
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads,
-                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, stream,
+                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
                                  positions_from_host, AttentionArgs::HeadNorm{});
 }
 
@@ -1645,21 +1648,21 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                        float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
                                        int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                                        const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
-                                       int* error_flag, cudaStream_t stream, bool positions_from_host) {
+                                       int* error_flag, const Launch& launch, bool positions_from_host) {
   if (k_new == nullptr || norm.q_w == nullptr || norm.k_w == nullptr || head_dim % 2 != 0) {
     return cudaErrorInvalidValue;
   }
   const AttentionArgs::HeadNorm n{norm.q_w,    norm.k_w,   weight_kind<W>(),    norm.eps,
                                   norm.offset, norm.theta, norm.position_scale, norm.inv_freq};
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, 1, heads, kv_heads,
-                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, stream,
+                                 head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
                                  positions_from_host, n);
 }
 
 #define GEARBOX_ATTENTION_DECODE_HEAD_NORM(W)                                                                         \
   template cudaError_t attention_decode_head_norm<W>(                                                                 \
       const float*, const float*, const float*, float*, float*, const void*, bool, float*, int64_t, int64_t, int64_t, \
-      int64_t, int64_t, float, const AttentionHeadNorm<W>&, float*, int, int*, cudaStream_t, bool);
+      int64_t, int64_t, float, const AttentionHeadNorm<W>&, float*, int, int*, const Launch&, bool);
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(float)
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(__nv_bfloat16)
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(__half)
@@ -1675,12 +1678,13 @@ int prefill_splits(int64_t T, int64_t heads, int64_t rows, int64_t target, int64
   return static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, most));
 }
 
-/// The partials any t <= T needs when t tokens split splits(t, heads) ways.
-int64_t prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim, int (*splits_for)(int64_t, int64_t)) {
+/// The partials any t <= T needs when t tokens split splits(t, heads, limits) ways.
+int64_t prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim,
+                               int (*splits_for)(int64_t, int64_t, const DeviceLimits&), const DeviceLimits& limits) {
   if (T <= 0 || heads <= 0 || head_dim <= 0) return 0;
   int64_t most = 0;  // the largest t * splits(t)
   for (int64_t t = 1; t <= T; ++t) {
-    const int splits = splits_for(t, heads);
+    const int splits = splits_for(t, heads, limits);
     if (splits > 1) most = std::max(most, attention_decode_partials_floats(t, heads, head_dim, splits));
     if (splits == 1) break;  // splits only fall as t grows
   }
@@ -1689,17 +1693,17 @@ int64_t prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim, int (
 
 }  // namespace
 
-int attention_prefill_splits(int64_t T, int64_t heads) {
-  return prefill_splits(T, heads, kPrefillRows, kPrefillTargetBlocks, kPrefillMaxSplits);
+int attention_prefill_splits(int64_t T, int64_t heads, const DeviceLimits& limits) {
+  return prefill_splits(T, heads, kPrefillRows, kPrefillBlocksPerSm * limits.sm_count, kPrefillMaxSplits);
 }
 
-int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim) {
-  return prefill_scratch_floats(T, heads, head_dim, attention_prefill_splits);
+int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_dim, const DeviceLimits& limits) {
+  return prefill_scratch_floats(T, heads, head_dim, attention_prefill_splits, limits);
 }
 
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              int64_t max_ctx, int64_t window, float scale, float* scratch, cudaStream_t stream) {
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
     return cudaErrorInvalidValue;
   }
@@ -1708,7 +1712,7 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache);
   const size_t smem = prefill_smem_bytes(static_cast<int>(head_dim));
-  const int splits = attention_prefill_splits(T, heads);
+  const int splits = attention_prefill_splits(T, heads, *launch.limits);
   if (splits > 1 && scratch == nullptr) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>((T + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(heads),
                   static_cast<unsigned>(splits));
@@ -1719,13 +1723,14 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
   if (attr != cudaSuccess) return attr;
   // A plain launch (launch.h): this kernel runs long enough that an early start gains
   // nothing, and the waits cost it registers (96 -> 80 with them, 25% slower at 512 tokens).
-  kernel<<<grid, kPrefillThreads, smem, stream>>>(a, scratch, splits);
-  if (splits > 1) launch_combine_rows(a, scratch, splits, vec4, stream);
+  kernel<<<grid, kPrefillThreads, smem, launch.stream>>>(a, scratch, splits);
+  // The combine is the call's first kernel launched through launch_kernel.
+  if (splits > 1) launch_combine_rows(a, scratch, splits, vec4, launch);
   return cudaGetLastError();
 }
 
-int attention_prefill_mma_splits(int64_t T, int64_t heads) {
-  return prefill_splits(T, heads, kMmaRows, kMmaTargetBlocks, kMmaMaxSplits);
+int attention_prefill_mma_splits(int64_t T, int64_t heads, const DeviceLimits& limits) {
+  return prefill_splits(T, heads, kMmaRows, kMmaBlocksPerSm * limits.sm_count, kMmaMaxSplits);
 }
 
 namespace {
@@ -1740,16 +1745,16 @@ int64_t mma_kv_floats(int64_t kv_heads, int64_t head_dim, int64_t max_ctx) {
 }  // namespace
 
 int64_t attention_prefill_mma_scratch_floats(int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                             int64_t max_ctx) {
+                                             int64_t max_ctx, const DeviceLimits& limits) {
   if (T <= 0) return 0;
   return mma_kv_floats(kv_heads, head_dim, max_ctx) +
-         prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits);
+         prefill_scratch_floats(T, heads, head_dim, attention_prefill_mma_splits, limits);
 }
 
 cudaError_t attention_prefill_mma(const float* q, const float* k_new, const float* v_new, float* k_cache,
                                   float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
-                                  float scale, float* scratch, int* error_flag, cudaStream_t stream) {
+                                  float scale, float* scratch, int* error_flag, const Launch& launch) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess ||
       (k_new == nullptr) != (v_new == nullptr)) {
     return cudaErrorInvalidValue;
@@ -1758,7 +1763,7 @@ cudaError_t attention_prefill_mma(const float* q, const float* k_new, const floa
   const AttentionArgs a =
       make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
   const bool vec4 = head_dim % 4 == 0 && aligned16(q) && aligned16(k_cache) && aligned16(v_cache);
-  const int splits = attention_prefill_mma_splits(T, heads);
+  const int splits = attention_prefill_mma_splits(T, heads, *launch.limits);
   const int64_t kv_floats = mma_kv_floats(kv_heads, head_dim, max_ctx);
   if (scratch == nullptr && (splits > 1 || kv_floats > 0)) return cudaErrorInvalidValue;
   const int64_t width = kv_heads * head_dim;
@@ -1772,32 +1777,39 @@ cudaError_t attention_prefill_mma(const float* q, const float* k_new, const floa
     v16 = k16 + max_ctx * width;
   }
   const bool fused_write = k_new != nullptr && k16 != nullptr && aligned16(k_new) && aligned16(v_new);
+  // The first kernel launched through launch_kernel goes out as `launch` says, the later ones
+  // as launch.following() (the attention kernel itself is a plain launch).
+  Launch next = launch;
   if (k_new != nullptr && !fused_write) {
     const cudaError_t written =
-        kv_cache_write(k_new, v_new, positions, pos_i64, T, width, k_cache, v_cache, max_ctx, error_flag, stream);
+        kv_cache_write(k_new, v_new, positions, pos_i64, T, width, k_cache, v_cache, max_ctx, error_flag, next);
     if (written != cudaSuccess) return written;
+    next = launch.following();
   }
+  const int64_t most_blocks = kToBf16BlocksPerSm * launch.limits->sm_count;
   if (fused_write) {
     const int64_t chunks = (T + max_ctx) * width / 8;  // at most: T new rows and max_ctx rows seen
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (chunks + 255) / 256));
-    launch_kernel(kv_write_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_new, v_new, positions, pos_i64, T,
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(most_blocks, (chunks + 255) / 256));
+    launch_kernel(kv_write_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, next, k_new, v_new, positions, pos_i64, T,
                   window, max_ctx, width, k_cache, v_cache, k16, v16, error_flag);
+    next = launch.following();
   } else if (k16 != nullptr) {
-    const auto blocks = static_cast<unsigned>(std::min<int64_t>(kToBf16Blocks, (max_ctx * width / 8 + 255) / 256));
-    launch_kernel(kv_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, stream, k_cache, v_cache, positions, pos_i64, T,
+    const auto blocks = static_cast<unsigned>(std::min<int64_t>(most_blocks, (max_ctx * width / 8 + 255) / 256));
+    launch_kernel(kv_rows_to_bf16_kernel, blocks, kToBf16Threads, 0, next, k_cache, v_cache, positions, pos_i64, T,
                   window, max_ctx, width, k16, v16);
+    next = launch.following();
   }
   float* partials = scratch != nullptr ? scratch + kv_floats : nullptr;
   cudaError_t err;
   if (head_dim <= 64) {
-    err = launch_prefill_mma<64>(a, vec4, partials, splits, k16, v16, stream);
+    err = launch_prefill_mma<64>(a, vec4, partials, splits, k16, v16, launch);
   } else if (head_dim <= 128) {
-    err = launch_prefill_mma<128>(a, vec4, partials, splits, k16, v16, stream);
+    err = launch_prefill_mma<128>(a, vec4, partials, splits, k16, v16, launch);
   } else {
-    err = launch_prefill_mma<256>(a, vec4, partials, splits, k16, v16, stream);
+    err = launch_prefill_mma<256>(a, vec4, partials, splits, k16, v16, launch);
   }
   if (err != cudaSuccess) return err;
-  if (splits > 1) launch_combine_rows(a, partials, splits, vec4, stream);
+  if (splits > 1) launch_combine_rows(a, partials, splits, vec4, next);
   return cudaGetLastError();
 }
 

@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(kRowThreads)
 
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
-                           int64_t head_dim, float eps, float offset, int* error_flag, cudaStream_t stream) {
+                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch) {
   if (count < 1 || count > kMaxParts || T < 0 || head_dim <= 0 || head_dim % 2 != 0 || head_dim > 1024) {
     return cudaErrorInvalidValue;
   }
@@ -307,11 +307,11 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   }
   if (warp) {
     launch_kernel(head_norm_rope_warp_kernel<W>, static_cast<unsigned>((blocks + kHeadWarps - 1) / kHeadWarps),
-                  32 * kHeadWarps, 0, stream, args, count, positions, pos_i64, static_cast<int>(head_dim), eps, offset,
+                  32 * kHeadWarps, 0, launch, args, count, positions, pos_i64, static_cast<int>(head_dim), eps, offset,
                   error_flag);
     return cudaGetLastError();
   }
-  launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, stream, args, count,
+  launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, launch, args, count,
                 positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
   return cudaGetLastError();
 }
@@ -320,19 +320,19 @@ namespace {
 
 template <typename W, typename Y>
 cudaError_t launch_norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
-                                 Y* y, int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+                                 Y* y, int64_t rows, int64_t dim, float eps, float offset, const Launch& launch) {
   if (rows < 0 || dim <= 0 || dim > INT32_MAX || rows > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   const auto grid = static_cast<unsigned>(rows);
   const int d = static_cast<int>(dim);
   if (rows <= kFewRows && dim <= static_cast<int64_t>(kCachedThreadsFewRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsFewRows>, grid, kCachedThreadsFewRows, 0, stream, x,
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsFewRows>, grid, kCachedThreadsFewRows, 0, launch, x,
                   w_post, residual, sum, w_next, y, d, eps, offset);
   } else if (dim <= static_cast<int64_t>(kCachedThreadsManyRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsManyRows>, grid, kCachedThreadsManyRows, 0, stream, x,
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsManyRows>, grid, kCachedThreadsManyRows, 0, launch, x,
                   w_post, residual, sum, w_next, y, d, eps, offset);
   } else {
-    launch_kernel(norm_add_norm_kernel<W, Y>, grid, kRowThreads, 0, stream, x, w_post, residual, sum, w_next, y, d, eps,
+    launch_kernel(norm_add_norm_kernel<W, Y>, grid, kRowThreads, 0, launch, x, w_post, residual, sum, w_next, y, d, eps,
                   offset);
   }
   return cudaGetLastError();
@@ -342,24 +342,24 @@ cudaError_t launch_norm_add_norm(const float* x, const W* w_post, const float* r
 
 template <typename W>
 cudaError_t norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, float* y,
-                          int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
-  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, stream);
+                          int64_t rows, int64_t dim, float eps, float offset, const Launch& launch) {
+  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, launch);
 }
 
 template <typename W>
 cudaError_t norm_add_norm_to(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, W* y,
-                             int64_t rows, int64_t dim, float eps, float offset, cudaStream_t stream) {
+                             int64_t rows, int64_t dim, float eps, float offset, const Launch& launch) {
   if (w_next == nullptr || y == nullptr) return cudaErrorInvalidValue;
-  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, stream);
+  return launch_norm_add_norm(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, launch);
 }
 
 #define GEARBOX_FUSED(W)                                                                                          \
   template cudaError_t head_norm_rope<W>(const HeadNormRope<W>*, int, const void*, bool, int64_t, int64_t, float, \
-                                         float, int*, cudaStream_t);                                              \
+                                         float, int*, const Launch&);                                             \
   template cudaError_t norm_add_norm<W>(const float*, const W*, const float*, float*, const W*, float*, int64_t,  \
-                                        int64_t, float, float, cudaStream_t);                                     \
+                                        int64_t, float, float, const Launch&);                                    \
   template cudaError_t norm_add_norm_to<W>(const float*, const W*, const float*, float*, const W*, W*, int64_t,   \
-                                           int64_t, float, float, cudaStream_t);
+                                           int64_t, float, float, const Launch&);
 GEARBOX_FUSED(float)
 GEARBOX_FUSED(__nv_bfloat16)
 GEARBOX_FUSED(__half)

@@ -464,87 +464,92 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 /// Largest y a launch with progress slots serves: its bytes fit a slot.
 constexpr int64_t kGemvProgressMaxRows = (int64_t{1} << 30) - 1;
 
-/// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) the device holds at once: its occupancy
-/// times the SM count of the device current at the first call (no cap if either query fails).
+/// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) one SM holds at once,
+/// by the occupancy of the device current at the call (0 if the query fails). Callers keep it
+/// per kernel: a launch asks once.
 template <typename Kernel>
-int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
-  const int sms = multiprocessor_count();
+int blocks_per_sm(Kernel kernel, size_t shared_bytes) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
-      sms * per_sm < 1) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess) {
     (void)cudaGetLastError();
-    return INT64_MAX;
+    return 0;
   }
-  return int64_t{sms} * per_sm;
+  return per_sm;
 }
 
-/// Blocks of the kNorm kernel (M = 1) the device holds at once, at the largest shared memory a
-/// norm launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
+/// Blocks the device of `limits` holds at once at `per_sm` a SM (no cap if either is unknown).
+int64_t resident_blocks(int per_sm, const DeviceLimits& limits) {
+  const int64_t resident = int64_t{limits.sm_count} * per_sm;
+  return resident < 1 ? INT64_MAX : resident;
+}
+
+/// Blocks of the kNorm kernel (M = 1) one SM holds at once, at the largest shared memory a norm
+/// launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
 template <typename W, bool kGated, int R, int U>
-int64_t norm_resident_blocks() {
-  static const int64_t resident = [] {
+int norm_blocks_per_sm() {
+  static const int per_sm = [] {
     const auto kernel = gemv_kernel<W, 1, true, kGated, R, U, true>;
     const auto most = static_cast<int>(norm_shared_bytes<W>(kGemvNormMaxK));
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
       (void)cudaGetLastError();  // the launch then fails where it needs more than the default
     }
-    return resident_blocks(kernel, static_cast<size_t>(most));
+    return blocks_per_sm(kernel, static_cast<size_t>(most));
   }();
-  return resident;
+  return per_sm;
 }
 
 /// A kNorm launch takes the vector kernel only (the entries check that it applies).
 template <typename W, int M, bool kGated, int R, int U, bool kNorm>
-void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStream_t stream) {
+void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, const Launch& launch) {
   int64_t blocks = p.total_blocks;
   size_t shared = 0;
   if constexpr (kNorm) {
-    blocks = std::min(blocks, norm_resident_blocks<W, kGated, R, U>());
+    blocks = std::min(blocks, resident_blocks(norm_blocks_per_sm<W, kGated, R, U>(), *launch.limits));
     shared = norm_shared_bytes<W>(p.K);
   } else {
-    static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
-                                        resident_blocks(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
-    blocks = std::min(blocks, resident[vec ? 1 : 0]);
+    static const int per_sm[2] = {blocks_per_sm(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
+                                  blocks_per_sm(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
+    blocks = std::min(blocks, resident_blocks(per_sm[vec ? 1 : 0], *launch.limits));
   }
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
   if (p.progress.slots != nullptr) blocks = std::min<int64_t>(blocks, p.progress.count);
   if constexpr (kNorm) {
     launch_kernel(gemv_kernel<W, M, true, kGated, R, U, true>, static_cast<unsigned>(blocks), kGemvThreads, shared,
-                  stream, p);
+                  launch, p);
   } else {
     const auto kernel =
         vec ? gemv_kernel<W, M, true, kGated, R, U, false> : gemv_kernel<W, M, false, kGated, R, U, false>;
-    launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, shared, stream, p);
+    launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, shared, launch, p);
   }
 }
 
 /// The M = 1 launch of geometry g: kGemvGeometries[I], or a later entry.
 template <typename W, bool kGated, bool kNorm, size_t I = 0>
-void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
+void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, const Launch& launch) {
   if constexpr (I < std::size(kGemvGeometries)) {
     constexpr GemvGeometry kG = kGemvGeometries[I];
-    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll, kNorm>(p, vec, max_blocks, stream);
-    launch_one_row<W, kGated, kNorm, I + 1>(p, g, vec, max_blocks, stream);
+    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll, kNorm>(p, vec, max_blocks, launch);
+    launch_one_row<W, kGated, kNorm, I + 1>(p, g, vec, max_blocks, launch);
   }
 }
 
 /// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
 /// entries). norm: a kNorm launch (M = 1, vec; checked by the entries).
 template <typename W, bool kGated>
-void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream,
+void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, const Launch& launch,
                  bool norm) {
   constexpr int R = kGemvDefaultGeometry.rows;
   constexpr int U = kGemvDefaultGeometry.unroll;
-  if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, stream);
-  if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, stream);
+  if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, launch);
+  if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, launch);
   switch (M) {
-    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, launch); break;
   }
 }
 
@@ -581,7 +586,7 @@ bool norm_input_ok(const GemvNormInput<W>* n, int64_t M, int64_t K, bool vec) {
 
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks,
+                       const Launch& launch, GemvGeometry geometry, int64_t max_blocks,
                        const GemvNormInput<W>* norm_input, GemvProgress progress) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
       K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0) {
@@ -621,7 +626,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
   // Nothing would write sum. (An empty y with progress: the zeroed slots are its end already.)
   if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;
-  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
+  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, launch, norm_input != nullptr);
   return cudaGetLastError();
 }
 
@@ -635,21 +640,16 @@ int64_t gemv_blocks(const int64_t* n, int count, int64_t K, int64_t weight_bytes
   return blocks;
 }
 
-int multiprocessor_count() {
-  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return sms;
-}
-
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks) {
+                 const Launch& launch, GemvGeometry geometry, int64_t max_blocks) {
   const GemvTarget<W> target{w, bias, y, N};
-  return gemv_multi<W>(x, &target, 1, M, K, stream, geometry, max_blocks);
+  return gemv_multi<W>(x, &target, 1, M, K, launch, geometry, max_blocks);
 }
 
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
-                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, const Launch& launch,
                        GemvGeometry geometry, int64_t max_blocks, const GemvNormInput<W>* norm_input) {
   if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0 ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
@@ -677,17 +677,17 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (geometry.rows / 2);
   p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
   for (int64_t& end : p.block_end) end = p.total_blocks;
-  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
+  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, launch, norm_input != nullptr);
   return cudaGetLastError();
 }
 
-#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                   \
-  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
-                               GemvGeometry, int64_t);                                                                \
-  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
-                                     GemvGeometry, int64_t, const GemvNormInput<W>*, GemvProgress);                   \
-  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
-                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t,          \
+#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                    \
+  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, const Launch&, \
+                               GemvGeometry, int64_t);                                                                 \
+  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, const Launch&,         \
+                                     GemvGeometry, int64_t, const GemvNormInput<W>*, GemvProgress);                    \
+  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,    \
+                                     float*, int64_t, int64_t, int64_t, const Launch&, GemvGeometry, int64_t,          \
                                      const GemvNormInput<W>*);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)

@@ -110,13 +110,13 @@ __global__ void __launch_bounds__(kNormBlockThreads)
 
 template <typename W, bool kVec>
 void launch_rms_norm(const float* x, const W* w, float* y, int64_t rows, int dim, float eps, float offset,
-                     cudaStream_t stream) {
+                     const Launch& launch) {
   if (dim <= kNormWarpMaxDim) {
     const auto blocks = static_cast<unsigned>((rows + kNormWarpRowsPerBlock - 1) / kNormWarpRowsPerBlock);
-    launch_kernel(rms_norm_warp_kernel<W, kVec>, blocks, 32 * kNormWarpRowsPerBlock, 0, stream, x, w, y, rows, dim, eps,
+    launch_kernel(rms_norm_warp_kernel<W, kVec>, blocks, 32 * kNormWarpRowsPerBlock, 0, launch, x, w, y, rows, dim, eps,
                   offset);
   } else {
-    launch_kernel(rms_norm_block_kernel<W, kVec>, static_cast<unsigned>(rows), kNormBlockThreads, 0, stream, x, w, y,
+    launch_kernel(rms_norm_block_kernel<W, kVec>, static_cast<unsigned>(rows), kNormBlockThreads, 0, launch, x, w, y,
                   dim, eps, offset);
   }
 }
@@ -166,37 +166,37 @@ __global__ void __launch_bounds__(kRopeThreads)
 
 template <typename W>
 cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t dim, float eps, float offset,
-                     cudaStream_t stream) {
+                     const Launch& launch) {
   if (rows < 0 || dim <= 0 || dim > INT32_MAX || rows > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   const int d = static_cast<int>(dim);
   const bool vec =
       dim % 4 == 0 && aligned16(x) && aligned16(y) && reinterpret_cast<uintptr_t>(w) % (4 * sizeof(W)) == 0;
   if (vec) {
-    launch_rms_norm<W, true>(x, w, y, rows, d, eps, offset, stream);
+    launch_rms_norm<W, true>(x, w, y, rows, d, eps, offset, launch);
   } else {
-    launch_rms_norm<W, false>(x, w, y, rows, d, eps, offset, stream);
+    launch_rms_norm<W, false>(x, w, y, rows, d, eps, offset, launch);
   }
   return cudaGetLastError();
 }
 
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
-                 int64_t head_dim, float theta, float position_scale, int* error_flag, cudaStream_t stream) {
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch) {
   if (T < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || heads > INT32_MAX || head_dim > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
   const int64_t work = T * (head_dim / 2);
   if (work == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>((work + kRopeThreads - 1) / kRopeThreads);
-  launch_kernel(rope_kernel, blocks, kRopeThreads, 0, stream, x, positions, pos_i64, y, T, static_cast<int>(heads),
+  launch_kernel(rope_kernel, blocks, kRopeThreads, 0, launch, x, positions, pos_i64, y, T, static_cast<int>(heads),
                 static_cast<int>(head_dim), theta, position_scale, error_flag);
   return cudaGetLastError();
 }
 
-template cudaError_t rms_norm<float>(const float*, const float*, float*, int64_t, int64_t, float, float, cudaStream_t);
+template cudaError_t rms_norm<float>(const float*, const float*, float*, int64_t, int64_t, float, float, const Launch&);
 template cudaError_t rms_norm<__nv_bfloat16>(const float*, const __nv_bfloat16*, float*, int64_t, int64_t, float, float,
-                                             cudaStream_t);
+                                             const Launch&);
 template cudaError_t rms_norm<__half>(const float*, const __half*, float*, int64_t, int64_t, float, float,
-                                      cudaStream_t);
+                                      const Launch&);
 
 }  // namespace gearbox::cuda
