@@ -32,7 +32,15 @@
 #include <vector>
 
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
 #include "runtime/host_progress.h"
 
 namespace {

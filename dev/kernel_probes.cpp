@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 #include "handoff_probe.h"
 #include "step_stream_probe.h"
 

@@ -82,7 +82,7 @@ python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$ou
 
 step "benchmarks"
 check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json" --svg "$out/bench_1b.svg"
-# The same engine with the fused chains off (kernels_fused.cu): what fusion buys; and with
+# The same engine with the fused chains off (kernels/norm_rope.cu, residual_norm.cu): what fusion buys; and with
 # programmatic dependent launch off (devices/cuda/launch.h): what overlapping launches buys.
 check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
 check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_no_pdl.json"

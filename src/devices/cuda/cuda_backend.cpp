@@ -1,5 +1,5 @@
 // The CUDA device: weights uploaded once in their checkpoint dtype, f32 activations, our
-// kernels (devices/cuda/kernels.h) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
+// kernels (devices/cuda/kernels/) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
 // graph per static-shape profile (decode) captured once per context and replayed (and, for
 // a profile whose shapes vary, per shape that comes back: ShapeGraphs).
 #include <cuda_runtime.h>
@@ -25,7 +25,15 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
 #include "devices/cuda/linear_tactics.h"
 #include "devices/cuda/switches.h"
 #include "ir/shape_inference.h"
@@ -87,7 +95,7 @@ cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
   return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
 }
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
-// layers; one launch, kernels.h), more (long global contexts) in a second kernel.
+// layers; one launch, kernels/decode_attention.cuh), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
 
 /// True when every linear of `net` has bf16 weights: a network whose products already take
@@ -318,7 +326,7 @@ class CudaContextState final : public DeviceContextState {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (fault_host != nullptr) (void)cudaFreeHost(fault_host);
   }
-  /// The kernels' error flag (kernels.h): mapped host memory, so that the runtime reads it
+  /// The kernels' error flag (kernels/conventions.h): mapped host memory, so that the runtime reads it
   /// after waiting for the context's work without a copy (take_input_fault). 0 = no fault.
   int* fault_host = nullptr;
   int* fault_device = nullptr;  // the same int as the kernels address it
@@ -686,7 +694,8 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 
 // ---- fused chains ---------------------------------------------------------------------------------
 // The decode step is launch-bound (hundreds of small kernels), so chains of row-local ops
-// run as one kernel each (kernels_fused.cu), decided per network from its structure:
+// run as one kernel each (kernels/norm_rope.cu, residual_norm.cu), decided per network from
+// its structure:
 //   kHeadNormRope: [rms_norm(q, per head), rms_norm(k, per head), rope(q'), rope(k')], or
 //                  one [rms_norm, rope] pair, whose norm outputs feed only their rope. When
 //                  the rotated q and k feed only the next node, an attention, a decode

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "devices/cuda/capture_lock.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 
 namespace gearbox::cuda {
 namespace {

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// The CUDA kernels (devices/cuda/kernels.h, gemm_cublaslt.h) against the CPU kernels
+// The CUDA kernels (devices/cuda/kernels/, gemm_cublaslt.h) against the CPU kernels
 // (devices/cpu/kernels.h) as the reference, over awkward shapes and every weight dtype.
 //
 // bf16 / f16 weights are compared with the CPU kernel run on the same rounded weights (as
@@ -32,7 +32,15 @@
 #include "core/half.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
 
 namespace gearbox {
 namespace {

@@ -1,7 +1,6 @@
 // CUDA row gathers and elementwise ops: embedding lookup, the gated activations, residual
 // add, bias add, last-position copy and the f32 -> W conversion that feeds the GEMM.
 //
-//   embedding      ids [count], table [vocab, hidden] W  -> out [count, hidden] f32
 //   gelu/silu_mul  gate, up [n] -> out [n]           add  a, b [n] -> out [n]
 //   add_bias_rows  y [rows, n] += bias [n]           take_last  x [B, T, F] -> y [B, F]
 //   split_columns  y [rows, sum n_i] -> out_i [rows, n_i] (+ bias_i)
@@ -20,7 +19,7 @@
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 #include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
@@ -244,65 +243,9 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y,
   for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(x[i], &y[i]);
 }
 
-// ---- embedding -------------------------------------------------------------------------------------
-
-/// Row i of out: table[ids[i]] * scale, or NaN and the error flag for an id outside the
-/// vocabulary. kVec: 16 bytes of the table (4 or 8 elements) per step.
-/// grid: count blocks of 256 threads.
-template <typename W, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    embedding_kernel(const void* ids, bool ids_i64, const W* table, int64_t vocab, int64_t hidden, float scale,
-                     float* out, int* error_flag) {
-  allow_next_kernel();
-  wait_for_prior_kernels();
-  const int64_t i = blockIdx.x;
-  const int64_t id = index_at(ids, ids_i64, i);
-  float* o = out + i * hidden;
-  if (id < 0 || id >= vocab) {
-    if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
-    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = CUDART_NAN_F;
-    return;
-  }
-  const W* row = table + id * hidden;
-  if constexpr (kVec) {
-    constexpr int kElems = 16 / static_cast<int>(sizeof(W));
-    for (int64_t c = threadIdx.x; c < hidden / kElems; c += kThreads) {
-      const uint4 raw = reinterpret_cast<const uint4*>(row)[c];
-      W w[kElems];
-      static_assert(sizeof(w) == sizeof(raw));
-      memcpy(w, &raw, sizeof(raw));
-#pragma unroll
-      for (int q = 0; q < kElems / 4; ++q) {
-        reinterpret_cast<float4*>(o + c * kElems)[q] =
-            make_float4(to_f32(w[4 * q]) * scale, to_f32(w[4 * q + 1]) * scale, to_f32(w[4 * q + 2]) * scale,
-                        to_f32(w[4 * q + 3]) * scale);
-      }
-    }
-  } else {
-    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = to_f32(row[d]) * scale;
-  }
-}
-
 }  // namespace
 
 // ---- exported entries ---------------------------------------------------------------------------------
-
-template <typename W>
-cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* table, int64_t vocab, int64_t hidden,
-                      float scale, float* out, int* error_flag, const Launch& launch) {
-  if (count < 0 || hidden < 0 || vocab < 0 || count > INT32_MAX) return cudaErrorInvalidValue;
-  if (count == 0 || hidden == 0) return cudaSuccess;
-  constexpr int64_t kElems = 16 / static_cast<int64_t>(sizeof(W));
-  const auto blocks = static_cast<unsigned>(count);
-  if (hidden % kElems == 0 && aligned16(table) && aligned16(out)) {
-    launch_kernel(embedding_kernel<W, true>, blocks, kThreads, 0, launch, ids, ids_i64, table, vocab, hidden, scale,
-                  out, error_flag);
-  } else {
-    launch_kernel(embedding_kernel<W, false>, blocks, kThreads, 0, launch, ids, ids_i64, table, vocab, hidden, scale,
-                  out, error_flag);
-  }
-  return cudaGetLastError();
-}
 
 cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, const Launch& launch) {
   return launch_binary<GeluTanhMul>(gate, up, out, n, launch);
@@ -406,10 +349,8 @@ GEARBOX_INSTANTIATE_GATED_ROWS(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GATED_ROWS(__half)
 #undef GEARBOX_INSTANTIATE_GATED_ROWS
 
-#define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
-  template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \
-                                    const Launch&);                                                              \
-  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, const Launch&);                              \
+#define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                          \
+  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, const Launch&); \
   template cudaError_t gated_activation_to<W>(const float*, const float*, GatedActivation, W*, int64_t, const Launch&);
 GEARBOX_INSTANTIATE_ELEMENTWISE(float)
 GEARBOX_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)

@@ -56,7 +56,7 @@
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/gemv.cuh"
 #include "devices/cuda/launch.h"
 #include "devices/cuda/residual_norm.h"
 
