@@ -15,9 +15,9 @@
 // Conventions shared by every launcher:
 // - It enqueues its kernels as `launch` describes (launch.h: the stream, programmatic
 //   dependent launch, the device's limits, from which grid sizes are computed) and returns
-//   cudaGetLastError(): a launch error, or
-//   cudaErrorInvalidValue for arguments it cannot serve (named per launcher). It never
-//   synchronizes and never allocates, so every launcher can be captured into a CUDA graph.
+//   cudaGetLastError(): a launch error, or cudaErrorInvalidValue for arguments it cannot
+//   serve (named per launcher). It never synchronizes and never allocates, so every
+//   launcher can be captured into a CUDA graph.
 // - Every pointer is device memory. Outputs must not alias inputs unless stated.
 // - Vector (16-byte) loads are used when the pointers are 16-byte aligned and the row
 //   lengths allow it; any other alignment or length takes a scalar path with the same

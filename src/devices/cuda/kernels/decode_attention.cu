@@ -106,7 +106,8 @@ __device__ __forceinline__ void norm_rope_head(const float* x, const void* w, co
 /// (8 warps x kG x 1 KB); more merge one warp after the other (static shared memory is 48 KB).
 constexpr int kSlotMergeMaxG = 4;
 
-/// Splits one cluster can combine: H100 / H200 schedule clusters of up to 16 blocks.
+/// Splits one cluster can combine: sm_90 schedules clusters of up to 16 blocks (past the
+/// portable 8, which the launch allows for the kernel).
 constexpr int kMaxClusterSplits = 16;
 
 /// The end of a clustered split kernel, where block r of the cluster holds split r's

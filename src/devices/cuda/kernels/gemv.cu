@@ -11,17 +11,14 @@
 //   into 16-byte chunks, thread j taking chunks j, j + TPR, ...; TPR grows with K so that
 //   each thread has at most U chunks per row per pass (the geometry's `unroll`; 2 by
 //   default). A thread issues all U * R of its W loads (ld.global.nc, not allocated in L1,
-//   so x stays there) before the first FMA.
-//   Measured on the H200 at M = 1 (bf16, K = 1152, N = 262144, W from DRAM): R = 4, U = 2
-//   reads W at 3.75 TB/s (161 us) where R = 1, U = 4 read at 3.05. At the decode layers'
-//   smaller matrices the best geometry depends on N and K (how many blocks, how many passes
-//   over K), so M = 1 launches take any of kGemvGeometries and the builder times them.
+//   so x stays there) before the first FMA. Which geometry streams W fastest depends on N and
+//   K (how many blocks, how many passes over K) and the GPU, so M = 1 launches take any of
+//   kGemvGeometries and the builder times them.
 // - A chunk costs its load, its conversion and its multiply-adds, and little else: a
 //   thread forms its rows' pointers once a unit and indexes within a row in 32 bits
 //   (K <= kGemvMaxK), with one compare a slot (its chunks past K are neither loaded nor
-//   read); rows of a group past N load the group's first row and are not stored. Before,
-//   each load recomputed its row in 64 bits: fewer instructions took 0.5-0.8 us off each
-//   layer GEMV and 23 us off the 1B's decode step (docs/PERFORMANCE.md, 2026-12-03 second).
+//   read); rows of a group past N load the group's first row and are not stored. (A row
+//   address recomputed in 64 bits at every load costs time in every layer GEMV.)
 // - A block of 256 threads holds 256 / TPR row groups; the partial sums of one group are
 //   reduced with warp shuffles, then across its warps through shared memory.
 // - gemv_multi: the blocks of up to 4 weights (fused QKV, gate+up) are numbered one after
@@ -31,11 +28,11 @@
 //   output and write act(gate) * up; the gate and up vectors are never stored.
 // - The first pass's W loads are issued before the kernel waits for its predecessor
 //   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
-// - The grid is at most the blocks the device holds at once (kernels 10): what would be
-//   block b of a larger grid (a "unit") runs on block b % gridDim.x, each block taking its
-//   units in turn and issuing the next one's first loads before it reduces and stores the
-//   current one, so that no unit starts from an empty pipeline. The 1B's decode gate/up
-//   had 3.3 waves of blocks before (docs/PERFORMANCE.md, 2026-12-01 seventh).
+// - The grid is at most the blocks the device holds at once (its occupancy times the SM count
+//   of the launch's DeviceLimits): what would be block b of a larger grid (a "unit") runs on
+//   block b % gridDim.x, each block taking its units in turn and issuing the next one's first
+//   loads before it reduces and stores the current one, so that no unit starts from an empty
+//   pipeline (a grid of several waves would drain between them).
 // - A norm input (GemvNormInput, M = 1): the launch computes its own x, the residual step of
 //   norm_add_norm, instead of reading it. Before its wait a block copies both norm weights
 //   into shared memory asynchronously (cp.async) behind its first W loads; after it, the
@@ -46,7 +43,7 @@
 //   the block meets at a barrier and thread 0 moves the block's slot to its next unit's first
 //   output with a release store at system scope, so that the host can copy y out of mapped
 //   host memory as it lands (engine_handle.cpp). The release waits for the block's stores
-//   to reach the host: at every unit it cost the 1B's lm_head 60% (docs/PERFORMANCE.md).
+//   to reach the host, which is why it comes every `every` units and not after each.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
@@ -65,10 +62,9 @@ namespace {
 
 constexpr int kGemvThreads = 256;
 /// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers) where a
-/// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (at 64 registers those
-/// spilled 60-132 bytes, and r4u2 ran the 1B's down_proj in 10.2 us against 8.9 at 3 blocks:
-/// docs/PERFORMANCE.md, 2026-12-03 second), 2 where it holds 16 (106-128 registers); larger M
-/// needs the registers for its M * R accumulators.
+/// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (64 registers would make
+/// those spill, which costs more than the fourth block gains), 2 where it holds 16 (106-128
+/// registers); larger M needs the registers for its M * R accumulators.
 __host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
   return M == 1 ? (loads <= 4 ? 4 : loads <= 8 ? 3 : 2) : (M <= 4 ? 2 : 1);
 }

@@ -37,8 +37,8 @@ inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8
 ///   sum   = residual + rms_norm(x, w_post)       (written by the launch)
 ///   input = rms_norm(sum, w_next)                (the GEMV's x; never stored)
 /// each block computing `input` into its shared memory after its first weight loads have
-/// gone out and one block writing `sum`, so the norms cost no launch of their own (the
-/// kernel boundary is what a decode layer's norms cost: docs/PERFORMANCE.md). x, residual
+/// gone out and one block writing `sum`, so the norms cost no launch of their own (a kernel
+/// boundary, not the arithmetic, is what a decode layer's norms cost). x, residual
 /// and sum [K] f32 and 16-byte aligned; sum must not overlap x or residual, and no output of
 /// the launch may overlap any of the three. w_post, w_next [K] (W).
 template <typename W>

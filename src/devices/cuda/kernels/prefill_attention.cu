@@ -259,7 +259,7 @@ cudaError_t attention_prefill(const float* q, const float* k_cache, const float*
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (attr != cudaSuccess) return attr;
   // A plain launch (launch.h): this kernel runs long enough that an early start gains
-  // nothing, and the waits cost it registers (96 -> 80 with them, 25% slower at 512 tokens).
+  // nothing, and the waits would cost it registers, which slows it down.
   kernel<<<grid, kPrefillThreads, smem, launch.stream>>>(a, scratch, splits);
   // The combine is the call's first kernel launched through launch_kernel.
   if (splits > 1) launch_combine_rows(a, scratch, splits, vec4, launch);

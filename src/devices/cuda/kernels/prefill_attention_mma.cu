@@ -563,8 +563,8 @@ cudaError_t launch_prefill_mma(const AttentionArgs& a, bool vec4, float* scratch
   if (attr != cudaSuccess) return attr;
   const dim3 grid(static_cast<unsigned>((a.T + kMmaRows - 1) / kMmaRows), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(splits));
-  kernel<<<grid, kMmaThreads, smem, launch.stream>>>(a, scratch, splits, k16,
-                                                     v16);  // a plain launch, as the tiled kernel's
+  // A plain launch, as the tiled kernel's (prefill_attention.cu).
+  kernel<<<grid, kMmaThreads, smem, launch.stream>>>(a, scratch, splits, k16, v16);
   return cudaSuccess;
 }
 

@@ -20,8 +20,8 @@ namespace {
 constexpr int kRowThreads = 256;  // the looping kernel, any dim
 // The register-cached kernel, dim <= threads * kCachedPer: 1024 threads a row for few rows
 // (decode: the latency of one row is the kernel's), 256 for many (prefill: 1024-thread
-// blocks, two per SM, took 13.5 us for 512 rows of 1152 on the H200, two waves of blocks
-// each waiting on 32-warp barriers).
+// blocks fit two to an SM, so many rows run in waves of blocks that each wait on 32-warp
+// barriers).
 constexpr int kCachedThreadsFewRows = 1024;
 constexpr int kCachedThreadsManyRows = 256;
 constexpr int64_t kFewRows = 8;

@@ -109,9 +109,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 /// Prefill's combine: the same result as attention_decode_combine_kernel for each of the
 /// T * heads rows, a warp per row and no barriers. Prefill has many rows and few splits
-/// (<= 32: lane s takes split s's max and sum); the block-per-row kernel spent most of its
-/// 11.5 us per 512-token layer (4 splits) in its four barriers. grid: ceil(T * heads / 8)
-/// blocks of 256.
+/// (<= 32: lane s takes split s's max and sum), where the block-per-row kernel spends most of
+/// its time in its four barriers. grid: ceil(T * heads / 8) blocks of 256.
 template <bool kVec4>
 __global__ void __launch_bounds__(kCombineThreads)
     attention_rows_combine_kernel(const AttentionArgs a, const float* partials, int splits) {
