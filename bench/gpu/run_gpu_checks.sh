@@ -82,18 +82,10 @@ python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$ou
 
 step "benchmarks"
 check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json" --svg "$out/bench_1b.svg"
-# The same engine with the fused chains off (kernels_fused.cu): what fusion buys; and with
+# The same engine with the fused chains off (kernels/norm_rope.cu, residual_norm.cu): what fusion buys; and with
 # programmatic dependent launch off (devices/cuda/launch.h): what overlapping launches buys.
 check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
 check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_no_pdl.json"
-# And the split-KV attention combining its splits in a second kernel instead of in a cluster.
-check env GEARBOX_CUDA_CLUSTER_COMBINE=0 "$gearbox" bench "$work/g1b.gbx" --device cuda \
-  --json "$out/bench_1b_no_cluster.json"
-# And an engine built and run with the gate / up GEMMs writing f32: what 16-bit outputs buy.
-check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_f32_gate_up.gbx" \
-  --device cuda --max-seq 2048 2>/dev/null
-check env GEARBOX_CUDA_ROUNDED_GATE_UP=0 "$gearbox" bench "$work/g1b_f32_gate_up.gbx" --device cuda \
-  --json "$out/bench_1b_f32_gate_up.json"
 # And an engine whose cuBLASLt linears keep the heuristic timed at opt for every row count:
 # what a heuristic per bucket of row counts buys (prefill 512 is 4x the prefill profile's opt).
 check env GEARBOX_CUDA_TUNE_BY_ROWS=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_one_heuristic.gbx" \

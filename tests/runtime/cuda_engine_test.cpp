@@ -275,34 +275,10 @@ TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
   }
 }
 
-// A bf16 engine's decode profile has the CPU's logits whether the whole-step decode kernel
-// (devices/cuda/decode_layers.h) runs its decoder layers or not: a sliding layer past its
-// window and a global layer whose keys span two splits. ctest runs this binary three ways:
-// GEARBOX_CUDA_DECODE_KERNEL unset (the steps), =1 (always the kernel:
-// cuda_engine_test_whole_step) and =auto (the profile times both and keeps one, the debug
-// log says which: cuda_engine_test_whole_step_auto).
-TEST(CudaEngine, Bf16DecodeMatchesTheCpuWithAndWithoutTheWholeStepKernel) {
-  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  const std::vector<std::string> lines = debug_lines([] { compare_devices(DataType::kBF16, 2e-2); });
-  int served = 0, chose = 0;
-  for (const std::string& line : lines) {
-    served += line.find("the whole-step decode kernel serves") != std::string::npos ? 1 : 0;
-    chose += line.find("for its decoder layers (") != std::string::npos ? 1 : 0;
-  }
-  const char* mode = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
-  const bool forced = mode != nullptr && std::strcmp(mode, "1") == 0;
-  const bool timed = mode != nullptr && std::strcmp(mode, "auto") == 0;
-  EXPECT_EQ(served, forced || timed ? 1 : 0);
-  EXPECT_EQ(chose, timed ? 1 : 0) << "the decode profile times the two paths once";
-}
-
 // Decode on awkward shapes against the CPU, as a table: one query head per KV head, four,
 // three; head_dim 8 to 256 (the attention's widest rows); hidden and intermediate sizes
 // that are multiples of 8 but not of the 256 threads or the 4-float loads' 1024; sliding
-// windows shorter than a split and positions spanning three key splits of 16. With
-// GEARBOX_CUDA_DECODE_KERNEL=1 (cuda_engine_test_whole_step) the decode profile runs the
-// whole-step kernel (with =auto it is timed) and the debug log must say that it serves each
-// shape.
+// windows shorter than a split and positions spanning three key splits of 16.
 TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   struct Shape {
@@ -315,8 +291,6 @@ TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
       {48, 8, 1, 3, 1, 32, 48},   // G = 3, a window past every position used
       {4104, 72, 1, 2, 1, 8, 9},  // hidden 4104: the row norms' loads take a second batch
   };
-  const char* mode = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
-  const bool used = mode != nullptr && (std::strcmp(mode, "1") == 0 || std::strcmp(mode, "auto") == 0);
   for (const Shape& sh : shapes) {
     SCOPED_TRACE("hidden " + std::to_string(sh.hidden) + ", heads " + std::to_string(sh.heads) + "/" +
                  std::to_string(sh.kv_heads) + ", head_dim " + std::to_string(sh.head_dim));
@@ -331,25 +305,19 @@ TEST(CudaEngine, Bf16DecodeMatchesTheCpuOnAwkwardShapes) {
     c.sliding_window = sh.window;
     c.layer_is_sliding.assign(static_cast<size_t>(sh.layers), true);
     c.layer_is_sliding.back() = sh.layers == 1;
-    const std::vector<std::string> lines = debug_lines([&] {
-      TestEngine cuda = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCuda);
-      TestEngine cpu = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCpu);
-      Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
-      ASSERT_TRUE(gpu.ok() && ref.ok());
-      const TokenInputs prompt({3, 14, 15, 92, 65, 35, 89}, 0);
-      EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
-                               run(*ref, prompt, ProfileRequest::named("prefill"))),
-                2e-2);
-      for (int64_t pos = 7; pos < 41; ++pos) {
-        const TokenInputs step({(pos * 11) % 97}, pos);
-        const ProfileRequest req = ProfileRequest::named("decode");
-        EXPECT_LT(relative_error(run(*gpu, step, req), run(*ref, step, req)), 2e-2) << "position " << pos;
-      }
-    });
-    bool served = false;
-    for (const std::string& line : lines)
-      served = served || line.find("whole-step decode kernel serves") != std::string::npos;
-    EXPECT_EQ(served, used);
+    TestEngine cuda = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCuda);
+    TestEngine cpu = make_engine(c, decode_prefill_profiles(48), 5, DeviceKind::kCpu);
+    Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+    ASSERT_TRUE(gpu.ok() && ref.ok());
+    const TokenInputs prompt({3, 14, 15, 92, 65, 35, 89}, 0);
+    EXPECT_LT(relative_error(run(*gpu, prompt, ProfileRequest::named("prefill")),
+                             run(*ref, prompt, ProfileRequest::named("prefill"))),
+              2e-2);
+    for (int64_t pos = 7; pos < 41; ++pos) {
+      const TokenInputs step({(pos * 11) % 97}, pos);
+      const ProfileRequest req = ProfileRequest::named("decode");
+      EXPECT_LT(relative_error(run(*gpu, step, req), run(*ref, step, req)), 2e-2) << "position " << pos;
+    }
   }
 }
 
@@ -644,7 +612,6 @@ TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   // The host cannot check ids and positions in device memory before enqueueing (it would
   // have to wait), so the kernels do: the call that waits for the run reports it, once.
-  // bf16: the decode profile runs the whole-step kernel.
   for (DataType dtype : {DataType::kF32, DataType::kBF16}) {
     SCOPED_TRACE(data_type_name(dtype));
     models::Gemma3Config c = tiny_config();

@@ -1,5 +1,5 @@
 // The CUDA device: weights uploaded once in their checkpoint dtype, f32 activations, our
-// kernels (devices/cuda/kernels.h) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
+// kernels (devices/cuda/kernels/) and cuBLASLt, work ordered on cudaStream_t, and a CUDA
 // graph per static-shape profile (decode) captured once per context and replayed (and, for
 // a profile whose shapes vary, per shape that comes back: ShapeGraphs).
 #include <cuda_runtime.h>
@@ -24,9 +24,16 @@
 #include "core/log.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/capture_lock.h"
-#include "devices/cuda/decode_layers.h"
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
 #include "devices/cuda/linear_tactics.h"
 #include "devices/cuda/switches.h"
 #include "ir/shape_inference.h"
@@ -88,7 +95,7 @@ cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
   return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
 }
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
-// layers; one launch, kernels.h), more (long global contexts) in a second kernel.
+// layers; one launch, kernels/decode_attention.cuh), more (long global contexts) in a second kernel.
 constexpr int kMaxSplits = 32;
 
 /// True when every linear of `net` has bf16 weights: a network whose products already take
@@ -110,6 +117,25 @@ Status cuda_check(cudaError_t err, const char* what) {
   return device_error(std::string(what) + ": " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) + ")");
 }
 #define GEARBOX_CUDA(call) GEARBOX_RETURN_IF_ERROR(cuda_check((call), #call))
+
+/// The limits of the device the backend runs on (device 0, made current by cuda_backend()).
+const cuda::DeviceLimits& backend_limits() { return cuda::device_limits(0); }
+
+/// Whether kernels go out with programmatic dependent launch (launch.h): where the sm_90 code
+/// runs, unless GEARBOX_CUDA_PDL=0 (for measuring what overlapping launches buys).
+bool dependent_launch_enabled() {
+  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_PDL") && backend_limits().hopper_code_runs;
+  return enabled;
+}
+
+/// How the backend's kernels go out on `stream`: with programmatic dependent launch where it is
+/// enabled and the stream is not the legacy default stream (the builder's synchronous timing).
+/// first_plain: the call's first kernel goes out plainly (a network's first kernel waits for
+/// the inputs enqueued ahead of the network).
+cuda::Launch launch_on(cudaStream_t stream, bool first_plain = false) {
+  const bool pdl = stream != nullptr && dependent_launch_enabled();
+  return {stream, pdl, pdl && !first_plain, &backend_limits()};
+}
 
 // ---- streams and events ----------------------------------------------------------------------
 
@@ -201,7 +227,7 @@ class CudaWeights final : public DeviceWeights {
 
 /// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
 /// nodes, so that the rotations use the CPU's values and no kernel computes a pow. Each table
-/// starts on 16 bytes (the whole-step decode kernel copies them with 16-byte cp.async).
+/// starts on 16 bytes (head_norm_rope's warp form takes a table only where it is 16-byte aligned).
 Status upload_rope_tables(const Network& net, CudaWeights* w) {
   std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
   std::vector<float> host;
@@ -225,11 +251,6 @@ Status upload_rope_tables(const Network& net, CudaWeights* w) {
 struct CapturedGraph {
   cudaGraphExec_t exec = nullptr;
   std::vector<void*> key;  // the addresses the graph was captured with
-  // A one-token profile the whole-step decode kernel serves, while its choice between that
-  // kernel (exec) and the layers step by step (steps) is open: both captured, to be timed on
-  // the next launch (choose_whole_step).
-  cudaGraphExec_t steps = nullptr;
-  enum class Pick { kOpen, kWhole, kSteps } pick = Pick::kOpen;
 };
 
 // A profile whose shapes vary (prefill) enqueues a few hundred launches per call, 2-3 ms of
@@ -293,41 +314,19 @@ struct Step {
   bool feeds_attention = false;
 };
 
-/// A network's decoder layers as the whole-step decode kernel runs them (match_whole_step):
-/// the steps it replaces, its tensors and, per layer, the nodes whose weights and
-/// attributes it reads.
-struct WholeStep {
-  struct Layer {
-    size_t input_norm, qkv, q_norm, k_norm, q_rope, attention, o, post_attention_norm, pre_ffn_norm, gate_up, down,
-        post_ffn_norm;
-  };
-  bool ok = false;
-  std::string why;  // when not ok
-  size_t first_step = 0, end_step = 0;
-  int32_t h_in = -1, h_out = -1, positions = -1;
-  bool pos_i64 = false;
-  DataType type = DataType::kBF16;
-  std::vector<Layer> layers;
-  cuda::DecodeLayersShape shape;
-  cuda::DecodeLayersPlan plan;
-};
-
 class CudaContextState final : public DeviceContextState {
  public:
   ~CudaContextState() override {
     for (CapturedGraph& g : graphs) {
       if (g.exec != nullptr) (void)cudaGraphExecDestroy(g.exec);
-      if (g.steps != nullptr) (void)cudaGraphExecDestroy(g.steps);
     }
     for (ShapeGraphs& p : shape_graphs) {
       for (ShapeGraphs::Entry& e : p.graphs) (void)cudaGraphExecDestroy(e.exec);
     }
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
     if (fault_host != nullptr) (void)cudaFreeHost(fault_host);
-    if (whole_layers != nullptr) (void)cudaFree(whole_layers);
-    if (whole_workspace != nullptr) (void)cudaFree(whole_workspace);
   }
-  /// The kernels' error flag (kernels.h): mapped host memory, so that the runtime reads it
+  /// The kernels' error flag (kernels/conventions.h): mapped host memory, so that the runtime reads it
   /// after waiting for the context's work without a copy (take_input_fault). 0 = no fault.
   int* fault_host = nullptr;
   int* fault_device = nullptr;  // the same int as the kernels address it
@@ -337,13 +336,6 @@ class CudaContextState final : public DeviceContextState {
   // The network's steps (fused chains and single nodes), planned on first use.
   std::vector<Step> steps;
   const Network* steps_for = nullptr;
-  // The whole-step decode kernel (decode_layers.h): the network's match, planned on first
-  // use, and this context's device copy of its layer table and its workspace.
-  std::unique_ptr<WholeStep> whole;
-  const Network* whole_for = nullptr;
-  void* whole_layers = nullptr;
-  std::vector<uint8_t> whole_layers_host;  // what whole_layers holds
-  void* whole_workspace = nullptr;
   // cuBLASLt heuristics per (M, N, K, weight type, output type), so a call needs no host-side
   // query.
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
@@ -428,10 +420,8 @@ std::vector<Step> plan_steps(const Network& net);
 /// 16-byte aligned in the gate tensor's memory (M x N f32 = two M x N 16-bit matrices).
 /// Rounding the GEMM's output halves its stores and the activation's loads; each value the
 /// activation reads then carries one bf16 / f16 rounding, as in HF's bf16 MLP.
-/// GEARBOX_CUDA_ROUNDED_GATE_UP=0 keeps them f32 (for measuring what rounding them buys).
 bool rounded_gate_up(const Network& net, const Step* step, uint32_t tactic) {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_ROUNDED_GATE_UP");
-  if (!enabled || step == nullptr || step->kind != Step::kGatedLinear || is_gemv(tactic)) return false;
+  if (step == nullptr || step->kind != Step::kGatedLinear || is_gemv(tactic)) return false;
   const Node& linear = net.nodes[step->nodes[0]];
   const ir::WeightInfo& w = net.weights[static_cast<size_t>(linear.weights[0])];
   return (w.dtype == DataType::kBF16 || w.dtype == DataType::kF16) && linear.attrs.has_bias == 0 &&
@@ -505,7 +495,7 @@ constexpr int64_t kHostProgressMinBytes = int64_t{256} << 10;
 /// gate and up rounded to the weights' type into the first output's memory, described here;
 /// the second output tensor is not written.
 Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, uint32_t tactic, const NodeArgs& a,
-                     cudaStream_t stream, bool input_in_scratch = false, const float** stacked_out = nullptr,
+                     const cuda::Launch& launch, bool input_in_scratch = false, const float** stacked_out = nullptr,
                      RoundedGateUp* rounded = nullptr, const NormInput* norm = nullptr) {
   const Node& node = net.nodes[n];
   auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
@@ -526,7 +516,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         using W = decltype(w);
         return cuda_check(
             cuda::embedding<W>(in(0), is_i64(0), in_dims(0).volume(), static_cast<const W*>(weights.ptr[wid(0)]),
-                               wdims(0)[0], wdims(0)[1], at.scale, out(0), fault, stream),
+                               wdims(0)[0], wdims(0)[1], at.scale, out(0), fault, launch),
             what);
       });
     case OpKind::kRmsNorm: {
@@ -535,7 +525,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       return by_weight_type(weights.type[wid(0)], [&](auto w) {
         using W = decltype(w);
         return cuda_check(cuda::rms_norm<W>(f(0), static_cast<const W*>(weights.ptr[wid(0)]), out(0), x.volume() / dim,
-                                            dim, at.eps, at.weight_offset, stream),
+                                            dim, at.eps, at.weight_offset, launch),
                           what);
       });
     }
@@ -565,7 +555,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
                             wdims(first + t)[0]};
             }
             GEARBOX_RETURN_IF_ERROR(cuda_check(
-                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, stream, gemv_geometry(tactic), 0,
+                cuda::gemv_multi<W>(f(0), targets, static_cast<int>(count), m, k, launch, gemv_geometry(tactic), 0,
                                     norm != nullptr ? &norm_input : nullptr, progress),
                 norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
           }
@@ -576,7 +566,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       // Several outputs of 16-bit weights (fused QKV, gate+up) share one conversion of x.
       const bool shared_input = (outs > 1 || input_in_scratch) && type != DataType::kF32;
       if (shared_input && !input_in_scratch) {
-        GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, stream));
+        GEARBOX_RETURN_IF_ERROR(cuda::CublasLtGemm::convert_input(f(0), type, m, k, a.scratch, launch));
       }
       const auto stacked_on_device = [&] {
         int64_t rows = 0;
@@ -600,7 +590,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
           if (!algo.ok()) return algo.status();
           *rounded = {base, base + width * bytes, 2 * width};
           return state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(0)], type, base, m, 2 * width, k,
-                                                    stream);
+                                                    launch);
         }
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, width, k, type, alt, type);
         if (!algo.ok()) return algo.status();
@@ -608,7 +598,7 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         for (size_t o = 0; o < 2; ++o) {
           GEARBOX_RETURN_IF_ERROR(state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[wid(o)], type,
                                                                      base + static_cast<int64_t>(o) * m * width * bytes,
-                                                                     m, width, k, stream));
+                                                                     m, width, k, launch));
         }
         return {};
       }
@@ -626,12 +616,12 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, total, k, type, alt);
         if (!algo.ok()) return algo.status();
         GEARBOX_RETURN_IF_ERROR(
-            state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, stream));
+            state->gemm->run_converted(*algo, a.scratch, weights.ptr[wid(0)], type, nullptr, y, m, total, k, launch));
         if (stacked_out != nullptr) {
           *stacked_out = y;
           return {};
         }
-        return cuda_check(cuda::split_columns(y, m, split, stream), "linear (stacked weights): split_columns");
+        return cuda_check(cuda::split_columns(y, m, split, launch), "linear (stacked weights): split_columns");
       }
       for (size_t o = 0; o < outs; ++o) {
         Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, wdims(o)[0], k, type, alt);
@@ -639,15 +629,15 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         const void* w = weights.ptr[wid(o)];
         GEARBOX_RETURN_IF_ERROR(
             shared_input
-                ? state->gemm->run_converted(*algo, a.scratch, w, type, bias(o), out(o), m, wdims(o)[0], k, stream)
-                : state->gemm->run(*algo, f(0), w, type, bias(o), out(o), m, wdims(o)[0], k, a.scratch, stream));
+                ? state->gemm->run_converted(*algo, a.scratch, w, type, bias(o), out(o), m, wdims(o)[0], k, launch)
+                : state->gemm->run(*algo, f(0), w, type, bias(o), out(o), m, wdims(o)[0], k, a.scratch, launch));
       }
       return {};
     }
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
       return cuda_check(cuda::rope(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta,
-                                   at.scale, fault, stream),
+                                   at.scale, fault, launch),
                         what);
     }
     case OpKind::kAttention: {
@@ -659,44 +649,44 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
       if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
         return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream,
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, launch,
                                                  network_input(net, node.inputs[3])),
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
         return cuda_check(cuda::attention_prefill_mma(f(0), f(1), f(2), k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                       at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                      at.scale, static_cast<float*>(a.scratch), fault, stream),
+                                                      at.scale, static_cast<float*>(a.scratch), fault, launch),
                           "attention (tensor cores)");
       }
       GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), is_i64(3), t, width, k_cache, v_cache,
-                                                              net.max_context, fault, stream),
+                                                              net.max_context, fault, launch),
                                          "kv_cache_write"));
       if (tactic == kAttentionSplitKv) {
         return cuda_check(cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t,
                                                  at.heads, at.kv_heads, at.head_dim, net.max_context, at.window,
-                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, stream),
+                                                 at.scale, static_cast<float*>(a.scratch), kMaxSplits, fault, launch),
                           "attention (split-KV)");
       }
       if (tactic == kAttentionMma) {
         return cuda_check(
             cuda::attention_prefill_mma(f(0), nullptr, nullptr, k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                         at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                        static_cast<float*>(a.scratch), nullptr, stream),
+                                        static_cast<float*>(a.scratch), nullptr, launch),
             "attention (tensor cores)");
       }
       return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), is_i64(3), out(0), t, at.heads,
                                                 at.kv_heads, at.head_dim, net.max_context, at.window, at.scale,
-                                                static_cast<float*>(a.scratch), stream),
+                                                static_cast<float*>(a.scratch), launch),
                         "attention (tiled)");
     }
     case OpKind::kGeluTanhMul:
-      return cuda_check(cuda::gelu_tanh_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
-    case OpKind::kSiluMul: return cuda_check(cuda::silu_mul(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
-    case OpKind::kAdd: return cuda_check(cuda::add(f(0), f(1), out(0), in_dims(0).volume(), stream), what);
+      return cuda_check(cuda::gelu_tanh_mul(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
+    case OpKind::kSiluMul: return cuda_check(cuda::silu_mul(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
+    case OpKind::kAdd: return cuda_check(cuda::add(f(0), f(1), out(0), in_dims(0).volume(), launch), what);
     case OpKind::kTakeLast: {
       const Dims& x = in_dims(0);
-      return cuda_check(cuda::take_last(f(0), out(0), x[0], x[1], x[2], stream), what);
+      return cuda_check(cuda::take_last(f(0), out(0), x[0], x[1], x[2], launch), what);
     }
   }
   return internal_error("unknown op kind in node " + node.name);
@@ -704,7 +694,8 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
 
 // ---- fused chains ---------------------------------------------------------------------------------
 // The decode step is launch-bound (hundreds of small kernels), so chains of row-local ops
-// run as one kernel each (kernels_fused.cu), decided per network from its structure:
+// run as one kernel each (kernels/norm_rope.cu, residual_norm.cu), decided per network from
+// its structure:
 //   kHeadNormRope: [rms_norm(q, per head), rms_norm(k, per head), rope(q'), rope(k')], or
 //                  one [rms_norm, rope] pair, whose norm outputs feed only their rope. When
 //                  the rotated q and k feed only the next node, an attention, a decode
@@ -824,281 +815,6 @@ cuda::GatedActivation gated_activation(const Node& act) {
   return act.kind == OpKind::kGeluTanhMul ? cuda::GatedActivation::kGeluTanh : cuda::GatedActivation::kSilu;
 }
 
-// ---- the whole-step decode kernel ---------------------------------------------------------------
-// A static-shape profile of one token (decode) whose steps are Gemma-3 decoder layers can run
-// them as one decode_layers launch (devices/cuda/decode_layers.h) instead of ~8 launches per
-// layer; the embedding before and the final norm and logits after run as before.
-// It is not yet faster than the steps on the models measured (docs/PERFORMANCE.md: 1.57 vs
-// 1.28 ms per token at the Gemma-3-1B shape, 55 vs 37 us for a 2-layer test model), so it is
-// off unless GEARBOX_CUDA_DECODE_KERNEL asks for it: =1 always where it applies, =auto lets
-// each such profile capture both and keep the faster on its first launch (choose_whole_step).
-
-enum class WholeStepMode { kOff, kOn, kTimed };
-WholeStepMode whole_step_mode() {
-  static const WholeStepMode mode = [] {
-    const char* value = std::getenv("GEARBOX_CUDA_DECODE_KERNEL");
-    if (value != nullptr && std::strcmp(value, "1") == 0) return WholeStepMode::kOn;
-    if (value != nullptr && std::strcmp(value, "auto") == 0) return WholeStepMode::kTimed;
-    return WholeStepMode::kOff;
-  }();
-  return mode;
-}
-
-/// The decoder layers in `steps` as the whole-step kernel runs them, or ok = false with why.
-/// Layer pattern (plan_steps' chains): [qkv linear (3 outputs)] [q/k norm + RoPE]
-/// [attention] [o linear] [norm + add + norm] [gate/up + activation + down]
-/// [norm + add (+ the next layer's input norm)], after one input rms_norm; the last layer's
-/// residual add is the only tensor of the range read after it.
-WholeStep match_whole_step(const Network& net, const std::vector<Step>& steps) {
-  WholeStep m;
-  auto fail = [&](std::string why) {
-    m.ok = false;
-    m.why = std::move(why);
-    return m;
-  };
-  const auto& N = net.nodes;
-  auto out = [&](size_t n, size_t i = 0) { return N[n].outputs[i]; };
-  auto wtype = [&](size_t n) { return net.weights[static_cast<size_t>(N[n].weights[0])].dtype; };
-  auto wdims = [&](size_t n, size_t i) -> const Dims& {
-    return net.weights[static_cast<size_t>(N[n].weights[i])].dims;
-  };
-  auto is = [&](size_t st, Step::Kind kind, size_t nodes) {
-    return st < steps.size() && steps[st].kind == kind && steps[st].nodes.size() == nodes;
-  };
-  auto single = [&](size_t st, OpKind kind) { return is(st, Step::kSingle, 1) && N[steps[st].nodes[0]].kind == kind; };
-  if (!fusion_enabled()) return fail("fusion is off");
-  size_t st = 0;
-  while (st < steps.size() && !(single(st, OpKind::kRmsNorm) && N[steps[st].nodes[0]].attrs.head_dim == 0 &&
-                                single(st + 1, OpKind::kLinear) && N[steps[st + 1].nodes[0]].outputs.size() == 3)) {
-    ++st;
-  }
-  if (st == steps.size()) return fail("no decoder layer pattern");
-  m.first_step = st;
-  size_t input_norm = steps[st].nodes[0];
-  m.h_in = N[input_norm].inputs[0];
-  int32_t residual = m.h_in;
-  ++st;
-  const Node& first_norm = N[input_norm];
-  for (;;) {
-    WholeStep::Layer L{};
-    L.input_norm = input_norm;
-    if (!single(st, OpKind::kLinear) || !is(st + 1, Step::kHeadNormRope, 4) || !single(st + 2, OpKind::kAttention) ||
-        !single(st + 3, OpKind::kLinear) || !is(st + 4, Step::kNormAddNorm, 3) || !is(st + 5, Step::kGatedLinear, 3) ||
-        !(is(st + 6, Step::kNormAddNorm, 2) || is(st + 6, Step::kNormAddNorm, 3))) {
-      return fail("a layer that is not Gemma-3's");
-    }
-    L.qkv = steps[st].nodes[0];
-    L.q_norm = steps[st + 1].nodes[0];
-    L.k_norm = steps[st + 1].nodes[1];
-    L.q_rope = steps[st + 1].nodes[2];
-    const size_t k_rope = steps[st + 1].nodes[3];
-    L.attention = steps[st + 2].nodes[0];
-    L.o = steps[st + 3].nodes[0];
-    L.post_attention_norm = steps[st + 4].nodes[0];
-    const size_t add_attention = steps[st + 4].nodes[1];
-    L.pre_ffn_norm = steps[st + 4].nodes[2];
-    L.gate_up = steps[st + 5].nodes[0];
-    const size_t act = steps[st + 5].nodes[1];
-    L.down = steps[st + 5].nodes[2];
-    L.post_ffn_norm = steps[st + 6].nodes[0];
-    const size_t add_ffn = steps[st + 6].nodes[1];
-    const Node& att = N[L.attention];
-    const bool wired = N[L.qkv].inputs[0] == out(input_norm) && N[L.q_norm].inputs[0] == out(L.qkv, 0) &&
-                       N[L.k_norm].inputs[0] == out(L.qkv, 1) && att.inputs[0] == out(L.q_rope) &&
-                       att.inputs[1] == out(k_rope) && att.inputs[2] == out(L.qkv, 2) &&
-                       N[L.q_rope].inputs[1] == att.inputs[3] && N[k_rope].inputs[1] == att.inputs[3] &&
-                       N[L.o].inputs[0] == out(L.attention) && N[L.o].outputs.size() == 1 &&
-                       N[L.post_attention_norm].inputs[0] == out(L.o) && N[add_attention].inputs[0] == residual &&
-                       N[add_attention].inputs[1] == out(L.post_attention_norm) &&
-                       N[L.gate_up].inputs[0] == out(L.pre_ffn_norm) && N[L.post_ffn_norm].inputs[0] == out(L.down) &&
-                       N[add_ffn].inputs[0] == out(add_attention) && N[add_ffn].inputs[1] == out(L.post_ffn_norm);
-    if (!wired) return fail("a layer wired differently from Gemma-3's");
-    for (size_t n : {L.qkv, L.o, L.gate_up, L.down}) {
-      if (N[n].attrs.has_bias != 0) return fail("a linear with a bias");
-    }
-    const Node& q_rope = N[L.q_rope];
-    if (N[k_rope].attrs.theta != q_rope.attrs.theta || N[k_rope].attrs.scale != q_rope.attrs.scale) {
-      return fail("q and k rotated differently");
-    }
-    for (size_t n : {L.input_norm, L.q_norm, L.k_norm, L.post_attention_norm, L.pre_ffn_norm, L.post_ffn_norm}) {
-      if (N[n].attrs.eps != first_norm.attrs.eps || N[n].attrs.weight_offset != first_norm.attrs.weight_offset) {
-        return fail("norms with different eps or offsets");
-      }
-    }
-    if (!m.layers.empty() &&
-        (att.attrs.heads != m.shape.heads || att.attrs.kv_heads != m.shape.kv_heads ||
-         att.attrs.head_dim != m.shape.head_dim || gated_activation(N[act]) != m.shape.activation)) {
-      return fail("layers of different shapes");
-    }
-    m.shape.activation = gated_activation(N[act]);
-    m.shape.heads = att.attrs.heads;
-    m.shape.kv_heads = att.attrs.kv_heads;
-    m.shape.head_dim = att.attrs.head_dim;
-    if (N[L.q_norm].attrs.head_dim != att.attrs.head_dim || q_rope.attrs.head_dim != att.attrs.head_dim) {
-      return fail("head norms or RoPE over another head_dim than the attention's");
-    }
-    m.positions = att.inputs[3];
-    m.layers.push_back(L);
-    residual = out(add_ffn);
-    st += 7;
-    if (steps[st - 1].nodes.size() == 2) break;
-    input_norm = steps[st - 1].nodes[2];
-    if (!single(st, OpKind::kLinear)) return fail("the last layer's add feeds a norm that is not a layer's");
-  }
-  m.end_step = st;
-  m.h_out = residual;
-  m.pos_i64 = net.tensors[static_cast<size_t>(m.positions)].dtype == DataType::kI64;
-
-  // Every weight of the range in one 16-bit type; the shapes from the first layer's weights.
-  const WholeStep::Layer& L0 = m.layers[0];
-  m.type = wtype(L0.qkv);
-  if (m.type != DataType::kBF16 && m.type != DataType::kF16) return fail("weights that are not bf16 or f16");
-  const size_t first_node = steps[m.first_step].nodes.front(), last_node = steps[m.end_step - 1].nodes.back();
-  for (size_t n = first_node; n <= last_node; ++n) {
-    for (int32_t w : N[n].weights) {
-      if (net.weights[static_cast<size_t>(w)].dtype != m.type) return fail("weights of mixed types");
-    }
-  }
-  m.shape.layers = static_cast<int>(m.layers.size());
-  m.shape.hidden = static_cast<int>(wdims(L0.qkv, 0)[1]);
-  m.shape.intermediate = static_cast<int>(wdims(L0.gate_up, 0)[0]);
-  m.shape.max_context = net.max_context;
-  m.shape.eps = first_norm.attrs.eps;
-  m.shape.norm_offset = first_norm.attrs.weight_offset;
-  m.shape.weight_bytes = 2;
-  const int64_t qd = static_cast<int64_t>(m.shape.heads) * m.shape.head_dim;
-  const int64_t kvd = static_cast<int64_t>(m.shape.kv_heads) * m.shape.head_dim;
-  for (const WholeStep::Layer& L : m.layers) {
-    const bool dims_ok = wdims(L.qkv, 0) == Dims{qd, m.shape.hidden} && wdims(L.qkv, 1) == Dims{kvd, m.shape.hidden} &&
-                         wdims(L.qkv, 2) == Dims{kvd, m.shape.hidden} && wdims(L.o, 0) == Dims{m.shape.hidden, qd} &&
-                         wdims(L.gate_up, 0) == Dims{m.shape.intermediate, m.shape.hidden} &&
-                         wdims(L.gate_up, 1) == Dims{m.shape.intermediate, m.shape.hidden} &&
-                         wdims(L.down, 0) == Dims{m.shape.hidden, m.shape.intermediate};
-    if (!dims_ok) return fail("layers with different weight shapes");
-  }
-  // Only the last residual is read after the range (the kernel writes no other tensor).
-  std::vector<bool> inside(net.tensors.size(), false);
-  for (size_t n = first_node; n <= last_node; ++n) {
-    for (int32_t t : N[n].outputs) inside[static_cast<size_t>(t)] = true;
-  }
-  inside[static_cast<size_t>(m.h_out)] = false;
-  for (size_t n = 0; n < N.size(); ++n) {
-    if (n >= first_node && n <= last_node) continue;
-    for (int32_t t : N[n].inputs) {
-      if (inside[static_cast<size_t>(t)]) return fail("a tensor inside the layers is read after them");
-    }
-  }
-  for (int32_t t : net.outputs) {
-    if (inside[static_cast<size_t>(t)]) return fail("a tensor inside the layers is a network output");
-  }
-  m.plan = cuda::plan_decode_layers(m.shape);
-  if (!m.plan.ok) return fail(m.plan.why);
-  m.ok = true;
-  return m;
-}
-
-/// The layer table decode_layers reads, for this context's KV caches.
-template <typename W>
-std::vector<uint8_t> whole_step_layers(const Network& net, const CudaWeights& weights, const WholeStep& m,
-                                       const NetworkLaunch& launch) {
-  std::vector<cuda::DecodeLayer<W>> layers;
-  auto w = [&](size_t node, size_t i = 0) {
-    return static_cast<const W*>(weights.ptr[static_cast<size_t>(net.nodes[node].weights[i])]);
-  };
-  for (const WholeStep::Layer& L : m.layers) {
-    const Node& att = net.nodes[L.attention];
-    const Node& rope = net.nodes[L.q_rope];
-    cuda::DecodeLayer<W> d{};
-    d.input_norm = w(L.input_norm);
-    d.q = w(L.qkv, 0);
-    d.k = w(L.qkv, 1);
-    d.v = w(L.qkv, 2);
-    d.q_norm = w(L.q_norm);
-    d.k_norm = w(L.k_norm);
-    d.o = w(L.o);
-    d.post_attention_norm = w(L.post_attention_norm);
-    d.pre_ffn_norm = w(L.pre_ffn_norm);
-    d.gate = w(L.gate_up, 0);
-    d.up = w(L.gate_up, 1);
-    d.down = w(L.down);
-    d.post_ffn_norm = w(L.post_ffn_norm);
-    d.inv_freq = weights.rope_table(rope.attrs.theta, rope.attrs.head_dim);
-    d.rope_position_scale = rope.attrs.scale;
-    d.attention_scale = att.attrs.scale;
-    d.window = att.attrs.window;
-    d.k_cache = static_cast<float*>(launch.states[static_cast<size_t>(att.attrs.state) * 2]);
-    d.v_cache = static_cast<float*>(launch.states[static_cast<size_t>(att.attrs.state) * 2 + 1]);
-    layers.push_back(d);
-  }
-  const auto* bytes = reinterpret_cast<const uint8_t*>(layers.data());
-  return {bytes, bytes + layers.size() * sizeof(cuda::DecodeLayer<W>)};
-}
-
-/// Readies the whole-step kernel for this launch (outside any capture: it may allocate and
-/// copy), or returns null when the launch runs step by step: not one token, not a match,
-/// or a weight not 16-byte aligned (bulk copies need it).
-Result<const WholeStep*> prepare_whole_step(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
-                                            CudaContextState* state, const std::vector<Step>& steps,
-                                            cudaStream_t stream) {
-  if (whole_step_mode() == WholeStepMode::kOff) return static_cast<const WholeStep*>(nullptr);
-  if (state->whole_for != &net) {
-    state->whole = std::make_unique<WholeStep>(match_whole_step(net, steps));
-    state->whole_for = &net;
-    if (state->whole->ok) {
-      GEARBOX_LOG(kDebug,
-                  "cuda: the whole-step decode kernel serves the %d decoder layers of one-token static profiles",
-                  state->whole->shape.layers);
-    } else {
-      GEARBOX_LOG(kDebug, "cuda: decoder layers run step by step (no whole-step kernel: %s)",
-                  state->whole->why.c_str());
-    }
-  }
-  const WholeStep& m = *state->whole;
-  if (!m.ok || ir::row_count(launch.dims[static_cast<size_t>(m.h_in)]) != 1)
-    return static_cast<const WholeStep*>(nullptr);
-  std::vector<uint8_t> table = m.type == DataType::kBF16 ? whole_step_layers<__nv_bfloat16>(net, weights, m, launch)
-                                                         : whole_step_layers<__half>(net, weights, m, launch);
-  for (const auto& L : m.layers) {
-    for (size_t n : {L.input_norm, L.qkv, L.q_norm, L.k_norm, L.o, L.post_attention_norm, L.pre_ffn_norm, L.gate_up,
-                     L.down, L.post_ffn_norm}) {
-      for (int32_t wid : net.nodes[n].weights) {
-        if (reinterpret_cast<uintptr_t>(weights.ptr[static_cast<size_t>(wid)]) % 16 != 0) {
-          return static_cast<const WholeStep*>(nullptr);
-        }
-      }
-    }
-  }
-  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-  if (state->whole_workspace == nullptr) {
-    GEARBOX_CUDA(cudaMalloc(&state->whole_workspace, static_cast<size_t>(m.plan.workspace_bytes)));
-    GEARBOX_CUDA(cudaMemsetAsync(state->whole_workspace, 0, static_cast<size_t>(m.plan.workspace_bytes), stream));
-  }
-  if (state->whole_layers == nullptr) GEARBOX_CUDA(cudaMalloc(&state->whole_layers, table.size()));
-  if (state->whole_layers_host != table) {
-    state->whole_layers_host = std::move(table);
-    // Ordered after the context's earlier work on this stream (a replay may still read it).
-    GEARBOX_CUDA(cudaMemcpyAsync(state->whole_layers, state->whole_layers_host.data(), state->whole_layers_host.size(),
-                                 cudaMemcpyHostToDevice, stream));
-  }
-  return &m;
-}
-
-Status run_whole_step(const WholeStep& m, const NetworkLaunch& launch, const CudaContextState& state,
-                      cudaStream_t stream) {
-  auto tensor = [&](int32_t t) { return launch.tensors[static_cast<size_t>(t)]; };
-  const auto* h_in = static_cast<const float*>(tensor(m.h_in));
-  auto* h_out = static_cast<float*>(tensor(m.h_out));
-  const cudaError_t err =
-      m.type == DataType::kBF16
-          ? cuda::decode_layers(m.plan, static_cast<const cuda::DecodeLayer<__nv_bfloat16>*>(state.whole_layers),
-                                m.shape, h_in, tensor(m.positions), m.pos_i64, h_out, state.whole_workspace,
-                                state.fault_device, stream)
-          : cuda::decode_layers(m.plan, static_cast<const cuda::DecodeLayer<__half>*>(state.whole_layers), m.shape,
-                                h_in, tensor(m.positions), m.pos_i64, h_out, state.whole_workspace, state.fault_device,
-                                stream);
-  return cuda_check(err, "decode layers (whole-step kernel)");
-}
-
 /// A stacked QKV linear's output left in the scratch (run_cuda_node's stacked_out) for the
 /// kHeadNormRope step after it (Step::stacked_into_head_norm): y [M, row], q, k and v side
 /// by side.
@@ -1116,7 +832,7 @@ struct StackedQkv {
 /// its f32 output is never stored. qkv (a kHeadNormRope step of q and k): they are read from
 /// the stacked output, and v is copied out of it in the same launch.
 Status run_fused(const Network& net, const CudaWeights& weights, const Step& step, const NodeArgs& a,
-                 cudaStream_t stream, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
+                 const cuda::Launch& launch, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
   auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
   const Node& first = net.nodes[step.nodes[0]];
@@ -1151,7 +867,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
           cuda::head_norm_rope<W>(parts, static_cast<int>(count), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
-                                  norm.head_dim, norm.eps, norm.weight_offset, fault, stream),
+                                  norm.head_dim, norm.eps, norm.weight_offset, fault, launch),
           qkv != nullptr ? "rms_norm + rope (fused, from the stacked QKV output)" : "rms_norm + rope (fused)");
     }
     const Node& add = net.nodes[step.nodes[1]];
@@ -1164,7 +880,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                             static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
                             static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
                             static_cast<const W*>(weight(*next)), static_cast<W*>(a.scratch), x.volume() / dim, dim,
-                            norm.eps, norm.weight_offset, stream),
+                            norm.eps, norm.weight_offset, launch),
                         "rms_norm + add + rms_norm into the GEMM input (fused)");
     }
     return cuda_check(
@@ -1172,16 +888,9 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                                static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
                                next != nullptr ? static_cast<const W*>(weight(*next)) : nullptr,
                                next != nullptr ? static_cast<float*>(tensor(next->outputs[0])) : nullptr,
-                               x.volume() / dim, dim, norm.eps, norm.weight_offset, stream),
+                               x.volume() / dim, dim, norm.eps, norm.weight_offset, launch),
         "rms_norm + add + rms_norm (fused)");
   });
-}
-
-/// GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION=0 keeps the q / k norms and RoPE a launch of their own
-/// before the decode attention (for measuring what computing them in the attention buys).
-bool head_norm_into_attention_enabled() {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_HEAD_NORM_INTO_ATTENTION");
-  return enabled;
 }
 
 /// Whether the attention after a kHeadNormRope step computes that step itself
@@ -1197,8 +906,8 @@ bool head_norm_into_attention_enabled() {
 /// The memory plan keeps both steps' tensors apart (launch_group_ends).
 bool head_norm_into_attention(const Network& net, const CudaWeights& weights, const Step* prev, const Step& step,
                               const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
-  if (!head_norm_into_attention_enabled() || !step.feeds_attention || prev == nullptr || next == nullptr ||
-      prev->kind != Step::kSingle || next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
+  if (!step.feeds_attention || prev == nullptr || next == nullptr || prev->kind != Step::kSingle ||
+      next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
       !is_gemv(tactics[prev->nodes[0]])) {
     return false;
   }
@@ -1215,7 +924,7 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
       cuda::gemv_blocks(rows.data(), static_cast<int>(linear.outputs.size()), k,
                         static_cast<int64_t>(data_type_size(weights.type[static_cast<size_t>(linear.weights[0])])),
                         gemv_geometry(tactics[prev->nodes[0]]));
-  if (blocks >= cuda::multiprocessor_count()) return false;
+  if (blocks >= backend_limits().sm_count) return false;
   const Node& attention = net.nodes[next->nodes[0]];
   const Dims& q = a.dims[static_cast<size_t>(attention.inputs[0])];
   if (q[0] * q[1] != 1 || attention.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
@@ -1227,7 +936,7 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
 /// The attention node n computing the q / k norms and RoPE of the kHeadNormRope step before it
 /// (head_norm_into_attention holds): one attention_decode_head_norm launch.
 Status run_attention_head_norm(const Network& net, const CudaWeights& weights, const Step& head_norm, size_t n,
-                               const NodeArgs& a, cudaStream_t stream) {
+                               const NodeArgs& a, const cuda::Launch& launch) {
   const Node& q_norm = net.nodes[head_norm.nodes[0]];
   const Node& k_norm = net.nodes[head_norm.nodes[1]];
   const Node& rope = net.nodes[head_norm.nodes[2]];
@@ -1251,14 +960,14 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
                           tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
                           tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,
                           net.max_context, at.window, at.scale, norm, static_cast<float*>(a.scratch), kMaxSplits,
-                          fault_flag(a), stream, network_input(net, node.inputs[3])),
+                          fault_flag(a), launch, network_input(net, node.inputs[3])),
                       "rms_norm + rope + attention (split-KV)");
   });
 }
 
 /// A kGatedLinear step with the GEMV tactic: one gemv_gated launch.
 Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step& step, uint32_t tactic,
-                      const NodeArgs& a, cudaStream_t stream, const NormInput* norm = nullptr) {
+                      const NodeArgs& a, const cuda::Launch& launch, const NormInput* norm = nullptr) {
   const Node& linear = net.nodes[step.nodes[0]];
   const Node& act = net.nodes[step.nodes[1]];
   const Dims& x = a.dims[static_cast<size_t>(linear.inputs[0])];
@@ -1274,7 +983,7 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
                                           static_cast<const W*>(weights.ptr[wid(0)]),
                                           static_cast<const W*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
                                           static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]),
-                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], stream,
+                                          ir::row_count(x), net.weights[wid(0)].dims[0], x[x.rank() - 1], launch,
                                           gemv_geometry(tactic), 0, norm != nullptr ? &norm_input : nullptr),
                       norm != nullptr ? "rms_norm + add + rms_norm + linear + gated activation (fused gemv)"
                                       : "linear + gated activation (fused gemv)");
@@ -1289,10 +998,10 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
 /// rounded_gate_up holds, the GEMMs write gate and up in the weights' type and the
 /// activation reads them so (gated_activation_rows).
 Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step& step,
-                      std::span<const uint32_t> tactics, const NodeArgs& args, cudaStream_t stream,
+                      std::span<const uint32_t> tactics, const NodeArgs& args, const cuda::Launch& launch,
                       bool input_in_scratch) {
   const auto run = [&](size_t node, bool in_scratch) {
-    return run_cuda_node(net, weights, node, tactics[node], args, stream, in_scratch)
+    return run_cuda_node(net, weights, node, tactics[node], args, launch, in_scratch)
         .with_context(net.nodes[node].name);
   };
   const Node& act = net.nodes[step.nodes[1]];
@@ -1304,7 +1013,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
   if (rounded_gate_up(net, &step, tactics[linear])) {
     RoundedGateUp g;
     GEARBOX_RETURN_IF_ERROR(
-        run_cuda_node(net, weights, linear, tactics[linear], args, stream, input_in_scratch, nullptr, &g)
+        run_cuda_node(net, weights, linear, tactics[linear], args, launch, input_in_scratch, nullptr, &g)
             .with_context(net.nodes[linear].name));
     const Dims& gate_dims = args.dims[static_cast<size_t>(act.inputs[0])];
     const int64_t rows = ir::row_count(gate_dims), width = gate_dims[gate_dims.rank() - 1];
@@ -1318,7 +1027,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
           } else {
             const auto activate = [&](auto* out, const char* what) {
               return cuda_check(cuda::gated_activation_rows(static_cast<const W*>(g.gate), static_cast<const W*>(g.up),
-                                                            g.ld, gated_activation(act), out, rows, width, stream),
+                                                            g.ld, gated_activation(act), out, rows, width, launch),
                                 what);
             };
             return to_down
@@ -1341,7 +1050,7 @@ Status run_gated_gemm(const Network& net, const CudaWeights& weights, const Step
                             using W = decltype(tag);
                             return cuda_check(cuda::gated_activation_to(tensor(act.inputs[0]), tensor(act.inputs[1]),
                                                                         gated_activation(act),
-                                                                        static_cast<W*>(args.scratch), n, stream),
+                                                                        static_cast<W*>(args.scratch), n, launch),
                                               "gated activation into the GEMM input (fused)");
                           }).with_context(act.name));
   return run(down, true);
@@ -1359,13 +1068,6 @@ bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, cons
          weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
 }
 
-/// GEARBOX_CUDA_NORM_INTO_GEMV=0 keeps the residual step's norms a launch of their own before
-/// a GEMV (for measuring what computing them in the GEMV buys).
-bool norm_into_gemv_enabled() {
-  static const bool enabled = cuda::switch_on("GEARBOX_CUDA_NORM_INTO_GEMV");
-  return enabled;
-}
-
 /// Whether the GEMV of the step after a kNormAddNorm step computes that step in its prologue
 /// (cuda::GemvNormInput), and with what: the step's last norm is read only by the next
 /// step's linear (plan_steps), which runs the GEMV tactic as one launch (a single linear of
@@ -1375,8 +1077,7 @@ bool norm_into_gemv_enabled() {
 /// The memory plan keeps both steps' tensors apart (launch_group_ends).
 std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& weights, const Step& step,
                                         const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
-  if (!norm_into_gemv_enabled() || !step.feeds_linear || next == nullptr ||
-      (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
+  if (!step.feeds_linear || next == nullptr || (next->kind != Step::kSingle && next->kind != Step::kGatedLinear)) {
     return std::nullopt;
   }
   const Node& linear = net.nodes[next->nodes[0]];
@@ -1426,34 +1127,23 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
   return in;
 }
 
-/// Every step of the network on `stream`; with `whole`, its decoder layers as one
-/// whole-step launch.
+/// Every step of the network on `stream`.
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
-               const std::vector<Step>& steps, const WholeStep* whole = nullptr) {
+               const std::vector<Step>& steps) {
   const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context, launch.progress};
   bool scratch_input = false;
   std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
   const Step* head_norm = nullptr;  // the previous step (q / k norms and RoPE), for this step's attention
-  // The first kernel waits for everything ahead of the network (launch.h): the decode
-  // attention reads the positions input before its own wait.
-  cuda::launch_next_plainly();
-  struct Forget {
-    ~Forget() { cuda::forget_plain_launch(); }
-  } forget;
+  // The first step that launches goes out plainly, so that the network's first kernel waits
+  // for everything ahead of the network (launch.h): the decode attention reads the positions
+  // input before its own wait. The steps after it are dependent launches where enabled.
+  bool launched = false;
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (whole != nullptr && i == whole->first_step) {
-      GEARBOX_RETURN_IF_ERROR(
-          run_whole_step(*whole, launch, *static_cast<const CudaContextState*>(launch.context), stream));
-      i = whole->end_step - 1;
-      scratch_input = false;
-      continue;
-    }
     const Step& step = steps[i];
     const size_t n = step.nodes[0];
     Status s;
-    // The step that runs next (none where the whole-step launch takes over).
-    const Step* next =
-        i + 1 < steps.size() && (whole == nullptr || i + 1 != whole->first_step) ? &steps[i + 1] : nullptr;
+    // The step that runs next.
+    const Step* next = i + 1 < steps.size() ? &steps[i + 1] : nullptr;
     // The previous step left its norms to this step's GEMV.
     const std::optional<NormInput> norm_input = norm;
     norm = norm_into_gemv(net, weights, step, next, args, launch.tactics);
@@ -1470,16 +1160,18 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
       scratch_input = false;
       continue;
     }
+    const cuda::Launch on = launch_on(stream, /*first_plain=*/!launched);
+    launched = true;
     // The previous step wrote this step's linear input into the scratch.
     const bool input_in_scratch = scratch_input;
     scratch_input = norm_writes_gemm_input(net, weights, step, next, launch.tactics);
     if (head_norm_step != nullptr) {
-      s = run_attention_head_norm(net, weights, *head_norm_step, n, args, stream);
+      s = run_attention_head_norm(net, weights, *head_norm_step, n, args, on);
     } else if (step.kind == Step::kSingle) {
       // A stacked QKV linear whose output the next step (the q / k norms and RoPE) reads.
       const bool defer = step.stacked_into_head_norm && is_stacked(launch.tactics[n]);
       const float* stacked = nullptr;
-      s = run_cuda_node(net, weights, n, launch.tactics[n], args, stream, input_in_scratch, defer ? &stacked : nullptr,
+      s = run_cuda_node(net, weights, n, launch.tactics[n], args, on, input_in_scratch, defer ? &stacked : nullptr,
                         nullptr, norm_input ? &*norm_input : nullptr);
       if (s.ok() && defer) {
         const Node& linear = net.nodes[n];
@@ -1492,30 +1184,29 @@ Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaun
                              static_cast<float*>(args.tensors[static_cast<size_t>(linear.outputs[2])]),
                              rows(2) / head_dim};
         ++i;
-        s = run_fused(net, weights, steps[i], args, stream, false, &qkv);
+        s = run_fused(net, weights, steps[i], args, on, false, &qkv);
       }
     } else if (step.kind != Step::kGatedLinear) {
-      s = run_fused(net, weights, step, args, stream, scratch_input);
+      s = run_fused(net, weights, step, args, on, scratch_input);
     } else if (is_gemv(launch.tactics[n])) {
-      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, stream, norm_input ? &*norm_input : nullptr);
+      s = run_gated_gemv(net, weights, step, launch.tactics[n], args, on, norm_input ? &*norm_input : nullptr);
       if (s.ok() && step.nodes.size() == 3) {  // the down projection
         const size_t down = step.nodes[2];
-        s = run_cuda_node(net, weights, down, launch.tactics[down], args, stream).with_context(net.nodes[down].name);
+        s = run_cuda_node(net, weights, down, launch.tactics[down], args, on).with_context(net.nodes[down].name);
       }
     } else {  // a GEMM: the linear, then the activation (into the down projection's GEMM)
-      s = run_gated_gemm(net, weights, step, launch.tactics, args, stream, input_in_scratch);
+      s = run_gated_gemm(net, weights, step, launch.tactics, args, on, input_in_scratch);
     }
     if (!s.ok()) return s.with_context(net.nodes[n].name);
   }
   return {};
 }
 
-/// `net` captured as one graph on `stream` (the caller holds cuda_capture_mutex), its decoder
-/// layers as one whole-step launch when `whole` is not null.
+/// `net` captured as one graph on `stream` (the caller holds cuda_capture_mutex).
 Result<cudaGraphExec_t> capture_graph(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
-                                      cudaStream_t stream, const std::vector<Step>& steps, const WholeStep* whole) {
+                                      cudaStream_t stream, const std::vector<Step>& steps) {
   GEARBOX_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  Status launched = run_all(net, weights, launch, stream, steps, whole);
+  Status launched = run_all(net, weights, launch, stream, steps);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
   if (!launched.ok()) {
@@ -1566,7 +1257,7 @@ Status launch_shape_graph(const Network& net, const CudaWeights& weights, const 
   cudaGraphExec_t exec = nullptr;
   {
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-    Result<cudaGraphExec_t> captured = capture_graph(net, weights, launch, stream, steps, nullptr);
+    Result<cudaGraphExec_t> captured = capture_graph(net, weights, launch, stream, steps);
     if (!captured.ok()) return captured.status();
     exec = *captured;
   }
@@ -1620,9 +1311,9 @@ class GatedTiming {
   /// The pair under `tactic` on the legacy stream.
   Status run(const Network& net, const CudaWeights& weights, uint32_t tactic, const NodeArgs& args) {
     const NodeArgs timed{tensors_, args.dims, args.scratch, args.states, args.context};
-    if (is_gemv(tactic)) return run_gated_gemv(net, weights, pair_, tactic, timed, nullptr);
+    if (is_gemv(tactic)) return run_gated_gemv(net, weights, pair_, tactic, timed, launch_on(nullptr));
     tactics_[pair_.nodes[0]] = tactic;
-    return run_gated_gemm(net, weights, pair_, tactics_, timed, nullptr, false);
+    return run_gated_gemm(net, weights, pair_, tactics_, timed, launch_on(nullptr), false);
   }
 
  private:
@@ -1631,56 +1322,6 @@ class GatedTiming {
   std::vector<void*> tensors_;     // the node's, and out_ as the activation's output
   std::vector<uint32_t> tactics_;  // per node: the linear's under test, else kDefault
 };
-
-/// Times a profile's two decode graphs (the whole-step kernel's, g.exec, and the steps',
-/// g.steps) on this launch's inputs, alternating them, and keeps the faster for good. Running
-/// the step more than once is harmless: it rewrites the same outputs and the same KV-cache
-/// row. When a kernel reports a bad device-resident input meanwhile (the fault stays for the
-/// wait to report) the times mean nothing: the choice stays open and g.exec runs.
-Status choose_whole_step(CapturedGraph& g, int32_t profile, const CudaContextState& state, cudaStream_t stream) {
-  constexpr int kRuns = 9;
-  const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-  const CudaEvent e0(cudaEventDefault), e1(cudaEventDefault), e2(cudaEventDefault);
-  if (e0.get() == nullptr || e1.get() == nullptr || e2.get() == nullptr) {
-    return device_error("cudaEventCreateWithFlags failed");
-  }
-  GEARBOX_CUDA(cudaGraphLaunch(g.exec, stream));  // warm-up
-  GEARBOX_CUDA(cudaGraphLaunch(g.steps, stream));
-  std::vector<double> whole_us, steps_us;
-  for (int run = 0; run < kRuns; ++run) {
-    const bool whole_first = run % 2 == 0;
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, stream));  // the GPU busy while the host enqueues
-    GEARBOX_CUDA(cudaEventRecord(e0.get(), stream));
-    GEARBOX_CUDA(cudaGraphLaunch(whole_first ? g.exec : g.steps, stream));
-    GEARBOX_CUDA(cudaEventRecord(e1.get(), stream));
-    GEARBOX_CUDA(cudaGraphLaunch(whole_first ? g.steps : g.exec, stream));
-    GEARBOX_CUDA(cudaEventRecord(e2.get(), stream));
-    GEARBOX_CUDA(cudaEventSynchronize(e2.get()));
-    float first = 0.0f, second = 0.0f;
-    GEARBOX_CUDA(cudaEventElapsedTime(&first, e0.get(), e1.get()));
-    GEARBOX_CUDA(cudaEventElapsedTime(&second, e1.get(), e2.get()));
-    whole_us.push_back(1000.0 * (whole_first ? first : second));
-    steps_us.push_back(1000.0 * (whole_first ? second : first));
-  }
-  if (*static_cast<volatile int*>(state.fault_host) != 0) return {};
-  auto median = [](std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
-  const double whole = median(whole_us), steps = median(steps_us);
-  if (whole < steps) {
-    g.pick = CapturedGraph::Pick::kWhole;
-    GEARBOX_CUDA(cudaGraphExecDestroy(g.steps));
-  } else {
-    g.pick = CapturedGraph::Pick::kSteps;
-    GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
-    g.exec = g.steps;
-  }
-  g.steps = nullptr;
-  GEARBOX_LOG(kDebug, "cuda: profile %d chose %s for its decoder layers (%.1f us with it, %.1f us step by step)",
-              profile, whole < steps ? "the whole-step kernel" : "steps", whole, steps);
-  return {};
-}
 
 /// GEARBOX_CUDA_TUNE_BY_ROWS=0: cuBLASLt linears keep the one heuristic timed at the
 /// profile's opt rows (as before kernels 9).
@@ -1700,7 +1341,7 @@ Result<double> median_device_us(const std::function<Status()>& enqueue) {
   if (start.get() == nullptr || stop.get() == nullptr) return device_error("cudaEventCreateWithFlags failed");
   std::vector<double> us;
   for (int run = 0; run < 6; ++run) {
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
+    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, launch_on(nullptr)));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const Status s = enqueue();
     GEARBOX_CUDA(cudaEventRecord(stop.get(), nullptr));
@@ -1763,6 +1404,7 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   if (!gemm.ok()) return gemm.status();
   const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
   const int64_t m_max = rows_of(last);
+  const cuda::Launch timing = launch_on(nullptr);
   void* x = nullptr;
   void* y = nullptr;
   void* scratch = nullptr;
@@ -1777,7 +1419,7 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   // not zeros; the converted copy comes from it as the linear's would.
   if (s.ok()) s = cuda_check(cudaMemset(x, 0x3c, static_cast<size_t>(m_max * k * 4)), "cudaMemset");
   if (s.ok() && type != DataType::kF32) {
-    s = cuda::CublasLtGemm::convert_input(static_cast<const float*>(x), type, m_max, k, scratch, nullptr);
+    s = cuda::CublasLtGemm::convert_input(static_cast<const float*>(x), type, m_max, k, scratch, timing);
   }
   for (int b = first; s.ok() && b <= last; ++b) {
     const int64_t m = rows_of(b);
@@ -1794,11 +1436,11 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
           const cublasLtMatmulAlgo_t* algo = &found[g][std::min(i, found[g].size() - 1)].algo;
           GEARBOX_RETURN_IF_ERROR(
               type == DataType::kF32 ? (*gemm)->run(algo, static_cast<const float*>(x), w[g], type, nullptr,
-                                                    static_cast<float*>(y), m, widths[g], k, scratch, nullptr)
+                                                    static_cast<float*>(y), m, widths[g], k, scratch, timing)
               : out == DataType::kF32
                   ? (*gemm)->run_converted(algo, scratch, w[g], type, nullptr, static_cast<float*>(y), m, widths[g], k,
-                                           nullptr)
-                  : (*gemm)->run_converted_rounded(algo, scratch, w[g], type, y, m, widths[g], k, nullptr));
+                                           timing)
+                  : (*gemm)->run_converted_rounded(algo, scratch, w[g], type, y, m, widths[g], k, timing));
         }
         return {};
       });
@@ -1946,10 +1588,10 @@ class CudaBackend final : public DeviceBackend {
       }
       if (tactic == kAttentionMma) {
         return cuda::attention_prefill_mma_scratch_floats(t, node.attrs.heads, node.attrs.kv_heads, node.attrs.head_dim,
-                                                          net.max_context) *
+                                                          net.max_context, backend_limits()) *
                4;
       }
-      return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim) * 4;
+      return cuda::attention_prefill_scratch_floats(t, node.attrs.heads, node.attrs.head_dim, backend_limits()) * 4;
     }
     return 0;
   }
@@ -2062,11 +1704,6 @@ class CudaBackend final : public DeviceBackend {
     const int fault = *flag;
     if (fault == 0) return {};
     *flag = 0;
-    if (fault == 2) {
-      return internal_error(
-          "the whole-step decode kernel's grid barrier timed out (a fault of the kernel, not of the input); that "
-          "run's outputs are not valid; with GEARBOX_CUDA_DECODE_KERNEL unset the layers run step by step");
-    }
     return out_of_range(
         "a kernel met a value outside its range in a device-resident input (a token id outside "
         "the vocabulary or a position outside the KV cache); that run's outputs are not valid");
@@ -2125,29 +1762,15 @@ class CudaBackend final : public DeviceBackend {
     key.push_back(launch.scratch);
     key.insert(key.end(), launch.progress.begin(), launch.progress.end());
     if (g.exec == nullptr || g.key != key) {
-      Result<const WholeStep*> whole = prepare_whole_step(net, w, launch, state, state->steps, s);
-      if (!whole.ok()) return whole.status();
-      for (cudaGraphExec_t* exec : {&g.exec, &g.steps}) {
-        if (*exec != nullptr) GEARBOX_CUDA(cudaGraphExecDestroy(*exec));
-        *exec = nullptr;
-      }
-      const WholeStep* use = *whole;
-      if (use != nullptr && whole_step_mode() == WholeStepMode::kTimed && g.pick == CapturedGraph::Pick::kSteps) {
-        use = nullptr;
-      }
+      if (g.exec != nullptr) GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
+      g.exec = nullptr;
       const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-      Result<cudaGraphExec_t> exec = capture_graph(net, w, launch, s, state->steps, use);
+      Result<cudaGraphExec_t> exec = capture_graph(net, w, launch, s, state->steps);
       if (!exec.ok()) return exec.status();
       g.exec = *exec;
-      if (use != nullptr && whole_step_mode() == WholeStepMode::kTimed && g.pick == CapturedGraph::Pick::kOpen) {
-        Result<cudaGraphExec_t> steps = capture_graph(net, w, launch, s, state->steps, nullptr);
-        if (!steps.ok()) return steps.status();
-        g.steps = *steps;
-      }
       g.key = std::move(key);
       GEARBOX_LOG(kDebug, "cuda: profile %d captured its graph for new addresses", launch.profile);
     }
-    if (g.steps != nullptr) GEARBOX_RETURN_IF_ERROR(choose_whole_step(g, launch.profile, *state, s));
     return cuda_check(cudaGraphLaunch(g.exec, s), "cudaGraphLaunch");
   }
 
@@ -2155,7 +1778,8 @@ class CudaBackend final : public DeviceBackend {
                   const NodeArgs& args) const override {
     // Synchronous: the builder times it with a host clock.
     const std::lock_guard<std::mutex> lock(cuda_capture_mutex());
-    GEARBOX_RETURN_IF_ERROR(run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, nullptr));
+    GEARBOX_RETURN_IF_ERROR(
+        run_cuda_node(net, static_cast<const CudaWeights&>(weights), node, tactic, args, launch_on(nullptr)));
     return cuda_check(cudaStreamSynchronize(nullptr), "cudaStreamSynchronize");
   }
 
@@ -2200,11 +1824,11 @@ class CudaBackend final : public DeviceBackend {
         run_args.tensors = tensors;
       }
     }
-    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, nullptr));
+    GEARBOX_CUDA(cuda::spin(kTimingSpinMicros, launch_on(nullptr)));
     GEARBOX_CUDA(cudaEventRecord(start.get(), nullptr));
     const auto enqueue_start = std::chrono::steady_clock::now();
     Status s = gated->applies() ? gated->run(net, w, tactic, run_args)
-                                : run_cuda_node(net, w, node, tactic, run_args, nullptr);
+                                : run_cuda_node(net, w, node, tactic, run_args, launch_on(nullptr));
     if (s.ok() && to_host >= 0 && !is_gemv(tactic)) {
       s = cuda_check(cudaMemcpyAsync(timing_host_.get(), args.tensors[static_cast<size_t>(to_host)],
                                      static_cast<size_t>(host_bytes), cudaMemcpyDeviceToHost, nullptr),

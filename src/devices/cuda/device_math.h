@@ -88,19 +88,6 @@ __device__ __forceinline__ uint64_t global_ns() {
   return t;
 }
 
-/// *p += 1 with release semantics at GPU scope: this thread's earlier writes (and those a
-/// barrier before it ordered) are visible to whoever acquires the new value.
-__device__ __forceinline__ void release_add_one(unsigned* p) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p) : "memory");
-}
-
-/// *p with acquire semantics at GPU scope (a flag another block releases).
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 /// 1 / sqrt(mean + eps) of a row's sum of squares, as the CPU computes it (no rsqrtf).
 __device__ __forceinline__ float inverse_rms(float sum_squares, int dim, float eps) {
   return 1.0f / sqrtf(sum_squares / static_cast<float>(dim) + eps);

@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "devices/cuda/capture_lock.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 
 namespace gearbox::cuda {
 namespace {
@@ -248,20 +248,20 @@ bool CublasLtGemm::algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, in
 
 Status CublasLtGemm::run(const cublasLtMatmulAlgo_t* algo, const float* x, const void* w, DataType weight_type,
                          const float* bias, float* y, int64_t M, int64_t N, int64_t K, void* scratch,
-                         cudaStream_t stream) {
+                         const Launch& launch) {
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
   if (M == 0 || N == 0) return Status::ok_status();
-  if (K == 0) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
+  if (K == 0) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, launch);
   if (!aligned(x) || !aligned(w) || !aligned(y) || !aligned(bias)) {
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   }
-  if (weight_type == DataType::kF32) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
-  if (Status s = convert_input(x, weight_type, M, K, scratch, stream); !s.ok()) return s;
-  return matmul(algo, scratch, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
+  if (weight_type == DataType::kF32) return matmul(algo, x, w, weight_type, bias, y, DataType::kF32, M, N, K, launch);
+  if (Status s = convert_input(x, weight_type, M, K, scratch, launch); !s.ok()) return s;
+  return matmul(algo, scratch, w, weight_type, bias, y, DataType::kF32, M, N, K, launch.following());
 }
 
 Status CublasLtGemm::convert_input(const float* x, DataType weight_type, int64_t M, int64_t K, void* scratch,
-                                   cudaStream_t stream) {
+                                   const Launch& launch) {
   if (Status s = check_shape(M, 1, K, weight_type); !s.ok()) return s;
   if (weight_type == DataType::kF32) return invalid_argument("an f32 GEMM reads x itself: nothing to convert");
   if (scratch == nullptr) {
@@ -270,28 +270,28 @@ Status CublasLtGemm::convert_input(const float* x, DataType weight_type, int64_t
   if (!aligned(x) || !aligned(scratch)) return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   if (M == 0 || K == 0) return Status::ok_status();
   if (weight_type == DataType::kBF16) {
-    GEARBOX_CUDA_TRY(convert_f32_to<__nv_bfloat16>(x, static_cast<__nv_bfloat16*>(scratch), M * K, stream));
+    GEARBOX_CUDA_TRY(convert_f32_to<__nv_bfloat16>(x, static_cast<__nv_bfloat16*>(scratch), M * K, launch));
   } else {
-    GEARBOX_CUDA_TRY(convert_f32_to<__half>(x, static_cast<__half*>(scratch), M * K, stream));
+    GEARBOX_CUDA_TRY(convert_f32_to<__half>(x, static_cast<__half*>(scratch), M * K, launch));
   }
   return Status::ok_status();
 }
 
 Status CublasLtGemm::run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                    DataType weight_type, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                                   cudaStream_t stream) {
-  return matmul_converted(algo, x_converted, w, weight_type, bias, y, DataType::kF32, M, N, K, stream);
+                                   const Launch& launch) {
+  return matmul_converted(algo, x_converted, w, weight_type, bias, y, DataType::kF32, M, N, K, launch);
 }
 
 Status CublasLtGemm::run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                            DataType weight_type, void* y, int64_t M, int64_t N, int64_t K,
-                                           cudaStream_t stream) {
-  return matmul_converted(algo, x_converted, w, weight_type, nullptr, y, weight_type, M, N, K, stream);
+                                           const Launch& launch) {
+  return matmul_converted(algo, x_converted, w, weight_type, nullptr, y, weight_type, M, N, K, launch);
 }
 
 Status CublasLtGemm::matmul_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                       DataType weight_type, const float* bias, void* y, DataType out_type, int64_t M,
-                                      int64_t N, int64_t K, cudaStream_t stream) {
+                                      int64_t N, int64_t K, const Launch& launch) {
   if (Status s = check_shape(M, N, K, weight_type); !s.ok()) return s;
   if (weight_type == DataType::kF32) {
     return invalid_argument("a GEMM of a converted x is for bf16 / f16 weights; f32 weights go through run()");
@@ -300,15 +300,15 @@ Status CublasLtGemm::matmul_converted(const cublasLtMatmulAlgo_t* algo, const vo
   if (K > 0 && (x_converted == nullptr || !aligned(x_converted))) {
     return invalid_argument("cuBLASLt GEMM pointers must be 16-byte aligned");
   }
-  return matmul(algo, x_converted, w, weight_type, bias, y, out_type, M, N, K, stream);
+  return matmul(algo, x_converted, w, weight_type, bias, y, out_type, M, N, K, launch);
 }
 
 Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type,
                             const float* bias, void* y, DataType out_type, int64_t M, int64_t N, int64_t K,
-                            cudaStream_t stream) {
+                            const Launch& launch) {
   if (K == 0) {  // an empty sum: y = bias (or 0); bias only with f32 output (the callers' contract)
-    GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * data_type_size(out_type), stream));
-    if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, stream));
+    GEARBOX_CUDA_TRY(cudaMemsetAsync(y, 0, static_cast<size_t>(M * N) * data_type_size(out_type), launch.stream));
+    if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, launch));
     return Status::ok_status();
   }
   if (!aligned(w) || !aligned(y) || !aligned(bias))
@@ -326,8 +326,8 @@ Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, con
   const float alpha = 1.0f;
   const float beta = 0.0f;
   GEARBOX_CUBLASLT_TRY(cublasLtMatmul(handle_, descs.op(), &alpha, w, descs.a(), b, descs.b(), &beta, y, descs.d(), y,
-                                      descs.d(), &chosen, workspace_, kWorkspaceBytes, stream));
-  if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, stream));
+                                      descs.d(), &chosen, workspace_, kWorkspaceBytes, launch.stream));
+  if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, launch));
   return Status::ok_status();
 }
 

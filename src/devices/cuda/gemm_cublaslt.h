@@ -6,7 +6,7 @@
 //   std::vector<cublasLtMatmulHeuristicResult_t> algos;
 //   Status s = (*gemm)->heuristics(M, N, K, DataType::kBF16, 8, &algos);    // at build time
 //   ... time each algos[i].algo with events, keep the fastest ...
-//   s = (*gemm)->run(&best, x, w, DataType::kBF16, nullptr, y, M, N, K, scratch, stream);
+//   s = (*gemm)->run(&best, x, w, DataType::kBF16, nullptr, y, M, N, K, scratch, launch);
 //
 // bf16 / f16 weights: x is first rounded to W into the caller's `scratch` (scratch_bytes()),
 // then cuBLASLt multiplies W x W -> f32 with f32 accumulation (CUBLAS_COMPUTE_32F): the
@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "devices/cuda/launch.h"
 #include "gearbox/data_type.h"
 #include "gearbox/status.h"
 
@@ -65,30 +66,32 @@ class CublasLtGemm {
   /// Bytes of `scratch` run() needs: M * K elements of W for bf16 / f16, 0 for f32.
   static int64_t scratch_bytes(int64_t M, int64_t K, DataType weight_type);
 
-  /// Enqueues y[M, N] = x[M, K] * w[N, K]^T (+ bias[N]) on `stream`; nothing synchronized.
+  /// Enqueues y[M, N] = x[M, K] * w[N, K]^T (+ bias[N]) on launch.stream; nothing synchronized.
+  /// Our kernels around the GEMM (x's conversion, the bias) go out as `launch` describes
+  /// (launch.h), the first of them as launch says and the next as launch.following().
   /// algo null: the first heuristic (a host-side query on every call; pass a stored algo on
   /// hot paths). bias (nullable) is added by a separate kernel, so the algorithms do not
   /// depend on it. M = 0 or N = 0 is a no-op; K = 0 writes bias (or 0).
   /// Errors: kInvalidArgument (shape, type, alignment, missing scratch), kUnimplemented,
   /// kDeviceError (a CUDA or cuBLASLt call failed; the message names it).
   Status run(const cublasLtMatmulAlgo_t* algo, const float* x, const void* w, DataType weight_type, const float* bias,
-             float* y, int64_t M, int64_t N, int64_t K, void* scratch, cudaStream_t stream);
+             float* y, int64_t M, int64_t N, int64_t K, void* scratch, const Launch& launch);
 
   /// run() in two halves, for several GEMMs of one x (a linear with several outputs): x
   /// rounded to `weight_type` (bf16 / f16) into `scratch` once, then any number of
   /// run_converted() calls reading it. Same shapes, alignment and errors as run();
   /// convert_input rejects f32 weights (an f32 GEMM reads x itself).
   static Status convert_input(const float* x, DataType weight_type, int64_t M, int64_t K, void* scratch,
-                              cudaStream_t stream);
+                              const Launch& launch);
   Status run_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w, DataType weight_type,
-                       const float* bias, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                       const float* bias, float* y, int64_t M, int64_t N, int64_t K, const Launch& launch);
   /// run_converted with y [M, N] in the weights' type (bf16 / f16): cuBLASLt's epilogue rounds
   /// the f32 accumulators to nearest even, so y holds what converting run_converted's f32
   /// output would (up to summation order; heuristics() offers no algorithm that rounds
   /// split-K partial sums to the output type); no bias. `algo` from heuristics(..., out_type =
   /// weight_type) or null. Errors as run_converted (f32 weights: kInvalidArgument).
   Status run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
-                               DataType weight_type, void* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                               DataType weight_type, void* y, int64_t M, int64_t N, int64_t K, const Launch& launch);
 
   /// "cublasLt X.Y.Z" of the library loaded at run time.
   static std::string version();
@@ -98,11 +101,11 @@ class CublasLtGemm {
   /// run_converted / run_converted_rounded: checks, then matmul() with y of out_type.
   Status matmul_converted(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                           DataType weight_type, const float* bias, void* y, DataType out_type, int64_t M, int64_t N,
-                          int64_t K, cudaStream_t stream);
+                          int64_t K, const Launch& launch);
   /// The matmul and the bias (f32 output only), b = x (f32) or its W-typed copy, y of
   /// out_type; shapes checked.
   Status matmul(const cublasLtMatmulAlgo_t* algo, const void* b, const void* w, DataType weight_type, const float* bias,
-                void* y, DataType out_type, int64_t M, int64_t N, int64_t K, cudaStream_t stream);
+                void* y, DataType out_type, int64_t M, int64_t N, int64_t K, const Launch& launch);
 
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;

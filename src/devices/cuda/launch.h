@@ -1,4 +1,9 @@
-// Kernel launches of the CUDA device, with programmatic dependent launch (PDL) on Hopper.
+// Kernel launches of the CUDA device: the limits of the device a kernel runs on, how one
+// launcher call's kernels go out (Launch), and programmatic dependent launch (PDL) on Hopper.
+//
+//   const DeviceLimits& limits = device_limits(0);                  // queried once per device
+//   const Launch on{stream, /*pdl=*/true, /*dependent=*/true, &limits};
+//   cudaError_t err = rms_norm<float>(x, w, y, rows, dim, eps, 0.0f, on);
 //
 // A decode step is a chain of a few hundred small kernels, each depending on the one before
 // it. Launched plainly, a kernel starts only once its predecessor has finished, so every
@@ -13,27 +18,65 @@
 // - Before wait_for_prior_kernels(), it reads only memory no kernel of the step writes
 //   (weights; the decode attention, when its caller says the positions are a network input,
 //   the positions and the cache rows other than the new token's) and writes nothing. A
-//   network's first kernel goes out plainly (launch_next_plainly), so that such inputs are
-//   complete before any kernel of the network starts.
+//   network's first kernel goes out plainly (Launch::dependent false), so that such inputs
+//   are complete before any kernel of the network starts.
 // - Every thread of every block calls wait_for_prior_kernels() before it writes, reads an
 //   activation, or exits. A block that skipped it could let the grid finish before its
 //   predecessor, and the kernel after it (which waits for this grid only) would then run
 //   ahead of the predecessor.
 // - allow_next_kernel() may come anywhere: the next kernel still waits for this one to
 //   finish before it touches what this one writes.
-// PDL is used when the current device is compute capability 9.x, whose machine code in
-// this build has the waits (the compute_80 PTX that other GPUs compile has none, so they
-// launch plainly), and GEARBOX_CUDA_PDL is not "0". Kernels launched with <<<>>> (and
-// cuBLASLt's) keep plain stream order on both sides.
+// The caller decides whether PDL is used (the CUDA backend: GEARBOX_CUDA_PDL); it takes
+// effect only where the sm_90 machine code runs (DeviceLimits::hopper_code_runs: the
+// compute_80 PTX that other GPUs compile has no waits, so they launch plainly) and not on
+// the legacy default stream (the builder's synchronous timing). Kernels launched with <<<>>>
+// (and cuBLASLt's) keep plain stream order on both sides.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <utility>
 
-#include "devices/cuda/switches.h"
-
 namespace gearbox::cuda {
+
+/// What the launchers need to know of the device they launch on (grid sizes, shared
+/// memory, which machine code runs), queried once per device by device_limits(). A field
+/// whose query failed is 0 (false).
+struct DeviceLimits {
+  int device = 0;
+  int sm_count = 0;                  ///< streaming multiprocessors
+  int max_smem_per_block_optin = 0;  ///< bytes of shared memory a block may opt into
+  int max_smem_per_sm = 0;           ///< bytes of shared memory of one SM
+  int cc_major = 0;                  ///< compute capability
+  int cc_minor = 0;
+  /// Whether this build's sm_90 machine code is what runs on the device (compute capability
+  /// 9.x), so that sm_90-only kernels (griddepcontrol waits, thread-block clusters) may be
+  /// launched; other GPUs run the compute_80 PTX.
+  bool hopper_code_runs = false;
+};
+
+/// The limits of CUDA device `device` (an index as cudaSetDevice takes), queried at the first
+/// call for that device and kept for the process. Thread-safe; the reference stays valid.
+const DeviceLimits& device_limits(int device);
+
+/// How the kernels of one launcher call go out: the stream they are enqueued on, whether
+/// they may start early with programmatic dependent launch, and the device's limits (never
+/// null). A launcher that launches several kernels launches its first as described and the
+/// ones after it as following() describes.
+struct Launch {
+  cudaStream_t stream = nullptr;
+  /// PDL for the call's kernels after its first.
+  bool pdl = false;
+  /// PDL for the call's first kernel too (false for a network's first kernel, which must
+  /// wait for everything enqueued ahead of it). Set only where pdl is.
+  bool dependent = false;
+  const DeviceLimits* limits = nullptr;
+
+  /// The description of the call's kernels after its first.
+  Launch following() const { return {stream, pdl, pdl, limits}; }
+};
+
+#if defined(__CUDACC__)  // the device side: kernels and the helpers that launch them
 
 /// Waits until the kernels this grid depends on have finished and their writes are
 /// visible; a no-op when the grid was launched plainly.
@@ -51,48 +94,16 @@ __device__ __forceinline__ void allow_next_kernel() {
 #endif
 }
 
-/// An attribute of the device current at the call, or 0 where the query fails (its error
-/// cleared).
-inline int current_device_attribute(cudaDeviceAttr attr) {
-  int device = 0;
-  int value = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaDeviceGetAttribute(&value, attr, device) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return 0;
-  }
-  return value;
-}
-
-/// Whether this build's sm_90 machine code is what runs on the current device (compute
-/// capability 9.x), so that sm_90-only kernels (griddepcontrol, clusters) may be launched.
-/// Decided once per process, for the device current at the first launch.
-inline bool hopper_code_runs() {
-  static const bool runs = current_device_attribute(cudaDevAttrComputeCapabilityMajor) == 9;
-  return runs;
-}
-
-/// Whether launch_kernel asks for programmatic dependent launch.
-inline bool dependent_launch_enabled() {
-  static const bool enabled = hopper_code_runs() && switch_on("GEARBOX_CUDA_PDL");
-  return enabled;
-}
-
-/// Launches through launch_kernel on this thread still to go out plainly
-/// (launch_next_plainly() in kernels.h; defined in kernels_elementwise.cu).
-extern thread_local int t_plain_launches;
-
-/// kernel<<<grid, block, smem, stream>>>(args...) in clusters of `cluster_x` blocks along x
-/// (1: no clusters), with programmatic dependent launch when enabled and the stream is not
-/// the legacy default stream (the builder's synchronous timing runs). As with <<<>>>, a
-/// launch error is left for cudaGetLastError().
+/// kernel<<<grid, block, smem, launch.stream>>>(args...) in clusters of `cluster_x` blocks
+/// along x (1: no clusters), with programmatic dependent launch where launch.dependent asks
+/// for it, the sm_90 code runs and the stream is not the legacy default stream. As with
+/// <<<>>>, a launch error is left for cudaGetLastError().
 template <typename... Params, typename... Args>
-void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Launch& launch,
                            unsigned cluster_x, Args&&... args) {
   cudaLaunchAttribute attributes[2] = {};
   unsigned count = 0;
-  const bool plain = t_plain_launches > 0;
-  if (plain) --t_plain_launches;
-  if (stream != nullptr && dependent_launch_enabled() && !plain) {
+  if (launch.dependent && launch.stream != nullptr && launch.limits->hopper_code_runs) {
     attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attributes[count].val.programmaticStreamSerializationAllowed = 1;
     ++count;
@@ -108,7 +119,7 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, siz
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
-  config.stream = stream;
+  config.stream = launch.stream;
   config.attrs = attributes;
   config.numAttrs = count;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
@@ -116,8 +127,11 @@ void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, siz
 
 /// launch_cluster_kernel without clusters.
 template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  launch_cluster_kernel(kernel, grid, block, smem, stream, 1u, std::forward<Args>(args)...);
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, const Launch& launch,
+                   Args&&... args) {
+  launch_cluster_kernel(kernel, grid, block, smem, launch, 1u, std::forward<Args>(args)...);
 }
+
+#endif  // defined(__CUDACC__)
 
 }  // namespace gearbox::cuda

@@ -1,8 +1,8 @@
 // The residual step around a Gemma sublayer on rows staged in shared memory, for kernels
 // that compute it in their own prologue instead of leaving it to a norm_add_norm launch
-// (the whole-step decode kernel, a GEMV with a norm input):
+// (a GEMV with a norm input):
 //   sum = residual + rms_norm(x, w_post)      x = rms_norm(sum, w_next)
-// with norm_add_norm's order of operations per element (kernels_fused.cu), so that the
+// with norm_add_norm's order of operations per element (kernels/residual_norm.cu), so that the
 // engine's numbers do not depend on which kernel ran it.
 #pragma once
 

@@ -1,11 +1,8 @@
-// Run-time switches of the CUDA device (README): GEARBOX_CUDA_FUSION, GEARBOX_CUDA_PDL,
-// GEARBOX_CUDA_CLUSTER_COMBINE, GEARBOX_CUDA_ROUNDED_GATE_UP, GEARBOX_CUDA_HEAD_NORM_WARPS,
-// GEARBOX_CUDA_SHAPE_GRAPHS, GEARBOX_CUDA_GEMV_PERSISTENT, GEARBOX_CUDA_EARLY_KEYS,
-// GEARBOX_CUDA_NORM_INTO_GEMV, GEARBOX_CUDA_HOST_OUTPUTS, GEARBOX_CUDA_HOST_PROGRESS (also a number),
-// and GEARBOX_CUDA_GEMV_GEOMETRIES and GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each
-// on unless set to "0", for measuring what each mechanism buys
-// (docs/PERFORMANCE.md). GEARBOX_CUDA_DECODE_KERNEL (off unless "1" or "auto") is read in
-// cuda_backend.cpp.
+// Run-time switches of the CUDA device, all read in cuda_backend.cpp: GEARBOX_CUDA_FUSION,
+// GEARBOX_CUDA_PDL, GEARBOX_CUDA_SHAPE_GRAPHS, GEARBOX_CUDA_HOST_OUTPUTS,
+// GEARBOX_CUDA_HOST_PROGRESS (also a number), and GEARBOX_CUDA_GEMV_GEOMETRIES and
+// GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each on unless set to "0", for measuring
+// what each mechanism buys.
 #pragma once
 
 #include <cstdlib>

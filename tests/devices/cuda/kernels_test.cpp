@@ -1,4 +1,4 @@
-// The CUDA kernels (devices/cuda/kernels.h, gemm_cublaslt.h) against the CPU kernels
+// The CUDA kernels (devices/cuda/kernels/, gemm_cublaslt.h) against the CPU kernels
 // (devices/cpu/kernels.h) as the reference, over awkward shapes and every weight dtype.
 //
 // bf16 / f16 weights are compared with the CPU kernel run on the same rounded weights (as
@@ -32,7 +32,15 @@
 #include "core/half.h"
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
 
 namespace gearbox {
 namespace {
@@ -276,6 +284,9 @@ class CudaKernels : public ::testing::Test {
   void SetUp() override {
     if (!cuda_device_present()) GTEST_SKIP() << "no CUDA device";
     CUDA_CHECK(cudaStreamCreate(&stream_));
+    // Programmatic dependent launch wherever the sm_90 code runs, as the engine launches.
+    const cuda::DeviceLimits& limits = cuda::device_limits(0);
+    launch_ = {stream_, limits.hopper_code_runs, limits.hopper_code_runs, &limits};
     flag_ = std::make_unique<DeviceBuffer<int>>(std::vector<int>{0});
   }
   void TearDown() override {
@@ -295,6 +306,7 @@ class CudaKernels : public ::testing::Test {
   }
 
   cudaStream_t stream_ = nullptr;
+  cuda::Launch launch_;  // on stream_
   std::unique_ptr<DeviceBuffer<int>> flag_;
 };
 
@@ -315,7 +327,7 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuForEveryWeightAndIdType) {
         ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
                     using W = decltype(tag);
                     return cuda::embedding<W>(d_ids.get(), ids_i64, count, weight_ptr<W>(d_table, 0), vocab, hidden,
-                                              scale, out.get(), flag(), stream_);
+                                              scale, out.get(), flag(), launch_);
                   }));
         std::vector<float> want(static_cast<size_t>(count * hidden));
         ASSERT_TRUE(
@@ -338,7 +350,7 @@ TEST_F(CudaKernels, EmbeddingOutOfRangeIdWritesNaNAndSetsTheFlag) {
     Indices ids(true, {3, bad, 4});
     Floats out = Floats::poisoned(3 * hidden);
     ASSERT_EQ(cudaSuccess, cuda::embedding<__nv_bfloat16>(ids.get(), true, 3, weight_ptr<__nv_bfloat16>(d_table, 0),
-                                                          vocab, hidden, 1.0f, out.get(), flag(), stream_));
+                                                          vocab, hidden, 1.0f, out.get(), flag(), launch_));
     EXPECT_EQ(take_flag(), 1) << "id " << bad;
     const std::vector<float> got = out.download();
     EXPECT_TRUE(all_nan("bad row", got, hidden, 2 * hidden));
@@ -365,7 +377,7 @@ TEST_F(CudaKernels, RmsNormMatchesCpuOnAwkwardShapesAlignedAndNot) {
           ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
                       using W = decltype(tag);
                       return cuda::rms_norm<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), y.get() + lead, rows, dim,
-                                               1e-6f, offset, stream_);
+                                               1e-6f, offset, launch_);
                     }));
           sync();
           std::vector<float> want(x.size());
@@ -388,7 +400,7 @@ TEST_F(CudaKernels, RmsNormInPlace) {
   const std::vector<float> w = random_floats(dim, 6);
   Floats d_xy(x);
   Floats d_w(w);
-  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_xy.get(), d_w.get(), d_xy.get(), rows, dim, 1e-6f, 1.0f, stream_));
+  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_xy.get(), d_w.get(), d_xy.get(), rows, dim, 1e-6f, 1.0f, launch_));
   sync();
   std::vector<float> want(x.size());
   cpu::rms_norm(x.data(), w.data(), want.data(), rows, dim, 1e-6f, 1.0f);
@@ -413,7 +425,7 @@ TEST_F(CudaKernels, RopeMatchesCpuInPlaceAndNot) {
               const bool in_place = start == 700;
               float* out = in_place ? d_x.get() : y.get();
               ASSERT_EQ(cudaSuccess,
-                        cuda::rope(d_x.get(), d_pos.get(), pos_i64, out, T, heads, hd, theta, 1.0f, flag(), stream_));
+                        cuda::rope(d_x.get(), d_pos.get(), pos_i64, out, T, heads, hd, theta, 1.0f, flag(), launch_));
               EXPECT_EQ(take_flag(), 0);
               std::vector<float> want(x.size());
               ASSERT_TRUE(cpu::rope(x.data(), pos.data(), DataType::kI64, want.data(), T, heads, hd, theta).ok());
@@ -449,7 +461,7 @@ TEST_F(CudaKernels, RopePositionScaleScalesThePosition) {
   Indices d_pos(false, pos);
   Floats d_x(x);
   Floats y = Floats::poisoned(T * heads * hd);
-  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), T, heads, hd, 1e4f, 0.5f, flag(), stream_));
+  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), T, heads, hd, 1e4f, 0.5f, flag(), launch_));
   EXPECT_EQ(take_flag(), 0);
   std::vector<float> want(x.size());
   ASSERT_TRUE(cpu::rope(x.data(), half_pos.data(), DataType::kI64, want.data(), T, heads, hd, 1e4f).ok());
@@ -462,13 +474,13 @@ TEST_F(CudaKernels, RopeNegativePositionPoisonsItsRowAndSetsTheFlag) {
   Indices d_pos(false, {3, -1});
   Floats d_x(random_floats(2 * heads * hd, 9));
   Floats y = Floats::poisoned(2 * heads * hd);
-  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, hd, 1e4f, 1.0f, flag(), stream_));
+  ASSERT_EQ(cudaSuccess, cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, hd, 1e4f, 1.0f, flag(), launch_));
   EXPECT_EQ(take_flag(), 1);
   const std::vector<float> got = y.download();
   EXPECT_TRUE(all_nan("negative position row", got, heads * hd, 2 * heads * hd));
   EXPECT_TRUE(std::isfinite(got[0]));
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, 7, 1e4f, 1.0f, flag(), stream_))
+            cuda::rope(d_x.get(), d_pos.get(), false, y.get(), 2, heads, 7, 1e4f, 1.0f, flag(), launch_))
       << "odd head_dim";
 }
 
@@ -514,7 +526,7 @@ TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
                       const cuda::HeadNormRope<W> parts[2] = {
                           {d_q.get(), weight_ptr<W>(d_wq, 0), out_q, q_heads, 1e4f, 1.0f, d_q_freq.get()},
                           {d_k.get(), weight_ptr<W>(d_wk, 0), out_k, k_heads, 1e6f, 1.0f}};
-                      return cuda::head_norm_rope<W>(parts, 2, d_pos.get(), true, T, hd, 1e-6f, 1.0f, flag(), stream_);
+                      return cuda::head_norm_rope<W>(parts, 2, d_pos.get(), true, T, hd, 1e-6f, 1.0f, flag(), launch_);
                     }));
           EXPECT_EQ(take_flag(), 0);
           auto reference = [&](const std::vector<float>& x, const Weights& w, int64_t heads, float theta) {
@@ -562,9 +574,9 @@ TEST_F(CudaKernels, HeadNormRopeReadsAStackedOutputAndCopiesV) {
       const cuda::HeadNormRope<float> separate[2] = {{d_q.get(), w.get(), ref_q.get(), q_heads, 1e4f, 1.0f},
                                                      {d_k.get(), w.get(), ref_k.get(), kv_heads, 1e6f, 1.0f}};
       ASSERT_EQ(cudaSuccess,
-                cuda::head_norm_rope<float>(stacked, 3, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), stream_));
+                cuda::head_norm_rope<float>(stacked, 3, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), launch_));
       ASSERT_EQ(cudaSuccess,
-                cuda::head_norm_rope<float>(separate, 2, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), stream_));
+                cuda::head_norm_rope<float>(separate, 2, pos.get(), false, T, hd, 1e-6f, 1.0f, flag(), launch_));
       EXPECT_EQ(take_flag(), 0);
       const std::string what = "head_norm_rope from a stacked output " + shape({{"hd", hd}, {"kv_heads", kv_heads}});
       EXPECT_TRUE(close(what + " q", out_q.download(), ref_q.download(), {0, 0}));
@@ -577,7 +589,7 @@ TEST_F(CudaKernels, HeadNormRopeReadsAStackedOutputAndCopiesV) {
   Indices pos(false, {0, 1});
   const cuda::HeadNormRope<float> narrow{x.get(), w.get(), yy.get(), 2, 1e4f, 1.0f, nullptr, 15};
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::head_norm_rope<float>(&narrow, 1, pos.get(), false, 2, 8, 1e-6f, 1.0f, nullptr, stream_))
+            cuda::head_norm_rope<float>(&narrow, 1, pos.get(), false, 2, 8, 1e-6f, 1.0f, nullptr, launch_))
       << "rows closer together than heads * head_dim";
 }
 
@@ -588,10 +600,10 @@ TEST_F(CudaKernels, HeadNormRopeWithAPositionScaleEqualsTheUnfusedKernels) {
                                            unfused = Floats::poisoned(x.size());
   Indices pos(true, {0, 9, 300, 2047, 8191});
   const cuda::HeadNormRope<float> part{d_x.get(), w.get(), fused.get(), heads, 1e6f, 0.125f};
-  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), true, T, hd, 1e-6f, 1.0f, nullptr, stream_));
-  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_x.get(), w.get(), normed.get(), T * heads, hd, 1e-6f, 1.0f, stream_));
+  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), true, T, hd, 1e-6f, 1.0f, nullptr, launch_));
+  ASSERT_EQ(cudaSuccess, cuda::rms_norm<float>(d_x.get(), w.get(), normed.get(), T * heads, hd, 1e-6f, 1.0f, launch_));
   ASSERT_EQ(cudaSuccess,
-            cuda::rope(normed.get(), pos.get(), true, unfused.get(), T, heads, hd, 1e6f, 0.125f, nullptr, stream_));
+            cuda::rope(normed.get(), pos.get(), true, unfused.get(), T, heads, hd, 1e6f, 0.125f, nullptr, launch_));
   sync();
   EXPECT_TRUE(
       close("head_norm_rope vs rms_norm + rope, scale 0.125", fused.download(), unfused.download(), {1e-6, 1e-5}));
@@ -602,7 +614,7 @@ TEST_F(CudaKernels, HeadNormRopeNegativePositionPoisonsItsRowsAndBadShapesAreRej
   Floats x(random_floats(T * hd, 15)), y = Floats::poisoned(T * hd), w(random_floats(hd, 16));
   Indices pos(false, {3, -1});
   const cuda::HeadNormRope<float> part{x.get(), w.get(), y.get(), 1, 1e4f, 1.0f};
-  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, hd, 1e-6f, 0.0f, flag(), stream_));
+  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, hd, 1e-6f, 0.0f, flag(), launch_));
   EXPECT_EQ(take_flag(), 1);
   const std::vector<float> got = y.download();
   for (int64_t i = 0; i < hd; ++i) {
@@ -616,7 +628,7 @@ TEST_F(CudaKernels, HeadNormRopeNegativePositionPoisonsItsRowsAndBadShapesAreRej
     Indices pm(false, {0, 1, 2, 3, 4, -7, 6, 7, 8});
     const cuda::HeadNormRope<float> pw{xm.get(), w.get(), ym.get(), heads, 1e4f, 1.0f};
     ASSERT_EQ(cudaSuccess,
-              cuda::head_norm_rope<float>(&pw, 1, pm.get(), false, many, hd, 1e-6f, 0.0f, flag(), stream_));
+              cuda::head_norm_rope<float>(&pw, 1, pm.get(), false, many, hd, 1e-6f, 0.0f, flag(), launch_));
     EXPECT_EQ(take_flag(), 1);
     const std::vector<float> out = ym.download();
     for (int64_t i = 0; i < many * heads * hd; ++i) {
@@ -624,9 +636,9 @@ TEST_F(CudaKernels, HeadNormRopeNegativePositionPoisonsItsRowsAndBadShapesAreRej
     }
   }
   EXPECT_EQ(cudaErrorInvalidValue, cuda::head_norm_rope<float>(&part, 3, pos.get(), false, T, hd, 1e-6f, 0.0f, nullptr,
-                                                               stream_));  // too many parts
+                                                               launch_));  // too many parts
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, 7, 1e-6f, 0.0f, nullptr, stream_));  // odd
+            cuda::head_norm_rope<float>(&part, 1, pos.get(), false, T, 7, 1e-6f, 0.0f, nullptr, launch_));  // odd
 }
 
 TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
@@ -646,7 +658,7 @@ TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
                       using W = decltype(tag);
                       return cuda::norm_add_norm<W>(d_x.get(), weight_ptr<W>(d_w1, 0), d_r.get(), sum_out,
                                                     variant == 2 ? nullptr : weight_ptr<W>(d_w2, 0),
-                                                    variant == 2 ? nullptr : y_out, rows, dim, 1e-6f, 1.0f, stream_);
+                                                    variant == 2 ? nullptr : y_out, rows, dim, 1e-6f, 1.0f, launch_);
                     }));
           sync();
           std::vector<float> normed(x.size()), want_sum(x.size()), want_y(x.size());
@@ -689,13 +701,13 @@ TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
                     const W* g1 = weight_ptr<W>(d_w1, 0);
                     const W* g2 = weight_ptr<W>(d_w2, 0);
                     cudaError_t err = cuda::norm_add_norm<W>(d_x.get(), g1, d_r.get(), sum.get(), g2, y.get(), rows,
-                                                             dim, 1e-6f, 1.0f, stream_);
+                                                             dim, 1e-6f, 1.0f, launch_);
                     if (err == cudaSuccess) {
-                      err = cuda::convert_f32_to(y.get(), reinterpret_cast<W*>(want.get()), rows * dim, stream_);
+                      err = cuda::convert_f32_to(y.get(), reinterpret_cast<W*>(want.get()), rows * dim, launch_);
                     }
                     if (err == cudaSuccess) {
                       err = cuda::norm_add_norm_to<W>(d_x.get(), g1, d_r.get(), got_sum.get(), g2,
-                                                      reinterpret_cast<W*>(got.get()), rows, dim, 1e-6f, 1.0f, stream_);
+                                                      reinterpret_cast<W*>(got.get()), rows, dim, 1e-6f, 1.0f, launch_);
                     }
                     return err;
                   }));
@@ -712,14 +724,14 @@ TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
   const auto* w = reinterpret_cast<const __nv_bfloat16*>(x.get());
   auto* y = reinterpret_cast<__nv_bfloat16*>(s.get() + 4);
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), w, y, -1, 4, 1e-6f, 1.0f, stream_));
+            cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), w, y, -1, 4, 1e-6f, 1.0f, launch_));
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), static_cast<const __nv_bfloat16*>(nullptr), y, 1, 4,
-                                   1e-6f, 1.0f, stream_))
+                                   1e-6f, 1.0f, launch_))
       << "no next norm";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::norm_add_norm_to(x.get(), w, x.get(), s.get(), w, static_cast<__nv_bfloat16*>(nullptr), 1, 4, 1e-6f,
-                                   1.0f, stream_))
+                                   1.0f, launch_))
       << "no output";
 }
 
@@ -735,7 +747,7 @@ TEST_F(CudaKernels, KvCacheWriteCopiesRowsAndFlagsBadPositions) {
       Floats d_k(k), d_v(v), d_kc(kc0), d_vc(vc0);
       Indices d_pos(true, pos);
       ASSERT_EQ(cudaSuccess, cuda::kv_cache_write(d_k.get(), d_v.get(), d_pos.get(), true, T, width, d_kc.get(),
-                                                  d_vc.get(), max_ctx, flag(), stream_));
+                                                  d_vc.get(), max_ctx, flag(), launch_));
       EXPECT_EQ(take_flag(), with_bad ? 1 : 0);
       std::vector<float> kc = kc0, vc = vc0;  // the rows with valid positions, written
       for (int64_t t = 0; t < T; ++t) {
@@ -762,8 +774,8 @@ constexpr LinearShape kGemvShapes[] = {{1, 1},      {7, 13},      {13, 7},    {6
 
 /// Runs gemv (or gemv_multi with the weight split into targets) and checks it against
 /// cpu::linear_small_m on the rounded weights.
-void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_t M, LinearShape s, bool bias, int lead,
-                cuda::GemvGeometry geometry = cuda::kGemvDefaultGeometry, int64_t max_blocks = 0) {
+void check_gemv(CudaKernels* fixture, const cuda::Launch& launch, DataType type, int64_t M, LinearShape s, bool bias,
+                int lead, cuda::GemvGeometry geometry = cuda::kGemvDefaultGeometry, int64_t max_blocks = 0) {
   const std::vector<float> x = random_floats(M * s.K, 20);
   const Weights w = make_weights(type, random_floats(s.N * s.K, 21), lead);
   const std::vector<float> b = random_floats(s.N, 22);
@@ -775,9 +787,9 @@ void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_
   ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
               using W = decltype(tag);
               return cuda::gemv<W>(d_x.get() + lead, weight_ptr<W>(d_w, lead), bias ? d_b.get() : nullptr, y.get(), M,
-                                   s.N, s.K, stream, geometry, max_blocks);
+                                   s.N, s.K, launch, geometry, max_blocks);
             }));
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamSynchronize(launch.stream));
   std::vector<float> want(static_cast<size_t>(M * s.N));
   cpu::linear_small_m(x.data(), w.rounded.data(), bias ? b.data() : nullptr, want.data(), M, s.N, s.K);
   const std::string what = std::string("gemv ") + data_type_name(type) + " " +
@@ -797,7 +809,7 @@ void check_gemv(CudaKernels* fixture, cudaStream_t stream, DataType type, int64_
 TEST_F(CudaKernels, GemvMatchesCpuOnAwkwardShapes) {
   for (DataType type : kWeightTypes) {
     for (int64_t M : {1, 3, 8}) {
-      for (LinearShape s : kGemvShapes) check_gemv(this, stream_, type, M, s, /*bias=*/M == 3, /*lead=*/0);
+      for (LinearShape s : kGemvShapes) check_gemv(this, launch_, type, M, s, /*bias=*/M == 3, /*lead=*/0);
     }
   }
 }
@@ -805,8 +817,8 @@ TEST_F(CudaKernels, GemvMatchesCpuOnAwkwardShapes) {
 TEST_F(CudaKernels, GemvEveryRowCountAndTheScalarPath) {
   for (DataType type : kWeightTypes) {
     for (int64_t M = 1; M <= 8; ++M) {
-      check_gemv(this, stream_, type, M, {130, 1152}, /*bias=*/true, /*lead=*/0);
-      check_gemv(this, stream_, type, M, {130, 1152}, /*bias=*/false, /*lead=*/1);  // misaligned x and w
+      check_gemv(this, launch_, type, M, {130, 1152}, /*bias=*/true, /*lead=*/0);
+      check_gemv(this, launch_, type, M, {130, 1152}, /*bias=*/false, /*lead=*/1);  // misaligned x and w
     }
   }
 }
@@ -816,19 +828,19 @@ TEST_F(CudaKernels, GemvEveryGeometryMatchesCpuAtOneRow) {
     for (DataType type : kWeightTypes) {
       bool bias = false;
       for (LinearShape s : kGemvShapes) {
-        check_gemv(this, stream_, type, 1, s, bias, /*lead=*/0, g);
+        check_gemv(this, launch_, type, 1, s, bias, /*lead=*/0, g);
         bias = !bias;
       }
-      check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g);  // the scalar path
-      check_gemv(this, stream_, type, 1, {1152, 6912}, /*bias=*/false, /*lead=*/0, g);
+      check_gemv(this, launch_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g);  // the scalar path
+      check_gemv(this, launch_, type, 1, {1152, 6912}, /*bias=*/false, /*lead=*/0, g);
     }
   }
   Floats dummy = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 2, 1, 1, stream_, {8, 2}))
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 2, 1, 1, launch_, {8, 2}))
       << "M > 1 takes the default geometry only";
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, stream_, {3, 3}))
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, launch_, {3, 3}))
       << "a geometry no kernel serves";
 }
 
@@ -839,12 +851,12 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
   const LinearShape shapes[] = {{130, 1152}, {2304, 13}, {1152, 6912}, {7, 13}};
   for (int64_t max_blocks : {1, 2, 3, 7}) {
     for (DataType type : kWeightTypes) {
-      for (LinearShape s : shapes) check_gemv(this, stream_, type, 3, s, /*bias=*/true, /*lead=*/0, {4, 2}, max_blocks);
+      for (LinearShape s : shapes) check_gemv(this, launch_, type, 3, s, /*bias=*/true, /*lead=*/0, {4, 2}, max_blocks);
       for (const cuda::GemvGeometry g : cuda::kGemvGeometries) {
-        check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/false, /*lead=*/0, g, max_blocks);
-        check_gemv(this, stream_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g, max_blocks);  // scalar path
+        check_gemv(this, launch_, type, 1, {130, 1152}, /*bias=*/false, /*lead=*/0, g, max_blocks);
+        check_gemv(this, launch_, type, 1, {130, 1152}, /*bias=*/true, /*lead=*/1, g, max_blocks);  // scalar path
       }
-      check_gemv(this, stream_, type, 1, {1152, 6912}, /*bias=*/true, /*lead=*/0, {2, 2}, max_blocks);
+      check_gemv(this, launch_, type, 1, {1152, 6912}, /*bias=*/true, /*lead=*/0, {2, 2}, max_blocks);
     }
   }
   const int64_t K = 1152;
@@ -866,7 +878,7 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
         targets.push_back({weight_ptr<__nv_bfloat16>(d_ws[i], 0), nullptr, ys[i].get(), ns[i]});
       }
       ASSERT_EQ(cudaSuccess, cuda::gemv_multi<__nv_bfloat16>(d_x.get(), targets.data(), static_cast<int>(ns.size()), 1,
-                                                             K, stream_, g, max_blocks));
+                                                             K, launch_, g, max_blocks));
       sync();
       for (size_t i = 0; i < ns.size(); ++i) {
         std::vector<float> want(static_cast<size_t>(ns[i]));
@@ -885,7 +897,7 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
     Floats y = Floats::poisoned(N);
     ASSERT_EQ(cudaSuccess, cuda::gemv_gated<__nv_bfloat16>(d_x.get(), weight_ptr<__nv_bfloat16>(d_wg, 0),
                                                            weight_ptr<__nv_bfloat16>(d_wu, 0), nullptr, nullptr,
-                                                           cuda::GatedActivation::kGeluTanh, y.get(), 1, N, K, stream_,
+                                                           cuda::GatedActivation::kGeluTanh, y.get(), 1, N, K, launch_,
                                                            cuda::GemvGeometry{2, 4}, max_blocks));
     sync();
     std::vector<float> gate(static_cast<size_t>(N)), up(static_cast<size_t>(N)), want(static_cast<size_t>(N));
@@ -898,7 +910,7 @@ TEST_F(CudaKernels, GemvBlocksServingSeveralUnitsMatchCpu) {
   }
   Floats dummy = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, stream_, {4, 2}, -1))
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, 1, launch_, {4, 2}, -1))
       << "a negative block cap";
 }
 
@@ -938,7 +950,7 @@ TEST_F(CudaKernels, GemvStoresIntoPageLockedHostMemory) {
             {weight_ptr<__nv_bfloat16>(d_w2, c.lead), nullptr, y2.get(), 5},
             {weight_ptr<__nv_bfloat16>(d_w, c.lead), d_b.get(), y_host, c.N}};
         ASSERT_EQ(cudaSuccess,
-                  cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, targets, 2, 1, c.K, stream_, g, max_blocks));
+                  cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, targets, 2, 1, c.K, launch_, g, max_blocks));
         sync();
         std::vector<float> want(static_cast<size_t>(c.N)), want2(5);
         cpu::linear_small_m(x.data(), w.rounded.data(), b.data(), want.data(), 1, c.N, c.K);
@@ -1002,7 +1014,7 @@ TEST_F(CudaKernels, GemvProgressSaysWhatIsStoredInHostMemory) {
       // The reference: the same launch into device memory.
       const cuda::GemvTarget<__nv_bfloat16> on_device{wp, nullptr, y_device.get(), c.N};
       ASSERT_EQ(cudaSuccess,
-                cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_device, 1, 1, c.K, stream_, g, c.max_blocks))
+                cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_device, 1, 1, c.K, launch_, g, c.max_blocks))
           << what;
       sync();
       const std::vector<float> want = y_device.download();
@@ -1016,7 +1028,7 @@ TEST_F(CudaKernels, GemvProgressSaysWhatIsStoredInHostMemory) {
       std::fill(slots, slots + kSlots, 0u);
       std::fill(slots + kSlots, slots + kSlots + kGuardSlotCount, kSlotGuard);
       const cuda::GemvTarget<__nv_bfloat16> on_host{wp, nullptr, y_host, c.N};
-      ASSERT_EQ(cudaSuccess, cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_host, 1, 1, c.K, stream_, g,
+      ASSERT_EQ(cudaSuccess, cuda::gemv_multi<__nv_bfloat16>(d_x.get() + c.lead, &on_host, 1, 1, c.K, launch_, g,
                                                              c.max_blocks, nullptr, {slots, kSlots, c.every}))
           << what;
       // While it runs: what the slots vouch for is final.
@@ -1053,16 +1065,16 @@ TEST_F(CudaKernels, GemvProgressSaysWhatIsStoredInHostMemory) {
   uint32_t slot = 0;
   const cuda::GemvTarget<float> one{dummy.get(), nullptr, dummy.get(), 1};
   const cuda::GemvTarget<float> two[2] = {one, one};
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 2, 1, stream_,
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 2, 1, launch_,
                                                            cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1}))
       << "two rows";
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), two, 2, 1, 1, stream_,
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), two, 2, 1, 1, launch_,
                                                            cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1}))
       << "two targets";
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, stream_,
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, launch_,
                                                            cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 0}))
       << "no slots";
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, stream_,
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_multi<float>(dummy.get(), &one, 1, 1, 1, launch_,
                                                            cuda::kGemvDefaultGeometry, 0, nullptr, {&slot, 1, 0}))
       << "a slot never moved";
 }
@@ -1075,7 +1087,7 @@ TEST_F(CudaKernels, GemvBlocksCountsEveryOutputsBlocks) {
   EXPECT_EQ(cuda::gemv_blocks(one, 1, 1152, 4, {2, 2}), 500);  // 288 chunks: 256 threads a row, 2 rows
   EXPECT_EQ(cuda::gemv_blocks(one, 1, 7, 2, {2, 2}), 63);      // 7 scalars: 32 threads a row, 16 rows
   EXPECT_EQ(cuda::gemv_blocks(one, 0, 1152, 2, {2, 2}), 0);
-  EXPECT_GT(cuda::multiprocessor_count(), 0);
+  EXPECT_GT(cuda::device_limits(0).sm_count, 0);
 }
 
 TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
@@ -1110,7 +1122,7 @@ TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
                           {weight_ptr<W>(d_ws[i], 0), i % 2 == 0 ? d_bs[i].get() : nullptr, ys[i].get(), ns[i]});
                     }
                     return cuda::gemv_multi<W>(d_x.get(), targets.data(), static_cast<int>(targets.size()), M, K,
-                                               stream_, geometry);
+                                               launch_, geometry);
                   }));
         sync();
         for (size_t i = 0; i < ns.size(); ++i) {
@@ -1127,10 +1139,10 @@ TEST_F(CudaKernels, GemvMultiMatchesSeparateLinears) {
     }
   }
   Floats dummy = Floats::poisoned(1);
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 9, 1, 1, stream_))
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 9, 1, 1, launch_))
       << "M above kGemvMaxRows";
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, stream_))
+            cuda::gemv<float>(dummy.get(), dummy.get(), nullptr, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, launch_))
       << "K above kGemvMaxK";
 }
 
@@ -1168,7 +1180,7 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
                     using W = decltype(tag);
                     return cuda::gemv_gated<W>(d_x.get() + c.lead, weight_ptr<W>(d_wg, c.lead),
                                                weight_ptr<W>(d_wu, c.lead), c.bias ? d_bg.get() : nullptr,
-                                               c.bias ? d_bu.get() : nullptr, act, y.get(), c.M, c.N, c.K, stream_,
+                                               c.bias ? d_bu.get() : nullptr, act, y.get(), c.M, c.N, c.K, launch_,
                                                geometry);
                   }));
         sync();
@@ -1198,15 +1210,15 @@ TEST_F(CudaKernels, GemvGatedEqualsLinearThenGatedActivation) {
   }
   Floats dummy = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
-                                                           cuda::GatedActivation::kSilu, dummy.get(), 9, 1, 1, stream_))
+                                                           cuda::GatedActivation::kSilu, dummy.get(), 9, 1, 1, launch_))
       << "M above kGemvMaxRows";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
-                                    static_cast<cuda::GatedActivation>(7), dummy.get(), 1, 1, 1, stream_))
+                                    static_cast<cuda::GatedActivation>(7), dummy.get(), 1, 1, 1, launch_))
       << "unknown activation";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::gemv_gated<float>(dummy.get(), dummy.get(), dummy.get(), nullptr, nullptr,
-                                    cuda::GatedActivation::kSilu, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, stream_))
+                                    cuda::GatedActivation::kSilu, dummy.get(), 1, 1, cuda::kGemvMaxK + 1, launch_))
       << "K above kGemvMaxK";
 }
 
@@ -1307,7 +1319,7 @@ TEST_F(CudaKernels, GemvNormInputEqualsNormAddNormThenGemv) {
                       }
                       const cuda::GemvNormInput<W> norm = d_in.get<W>();
                       return cuda::gemv_multi<W>(nullptr, targets.data(), static_cast<int>(targets.size()), 1, c.K,
-                                                 stream_, geometry, max_blocks, &norm);
+                                                 launch_, geometry, max_blocks, &norm);
                     }));
           sync();
           EXPECT_TRUE(d_in.check(what + " (multi)", in));
@@ -1333,7 +1345,7 @@ TEST_F(CudaKernels, GemvNormInputEqualsNormAddNormThenGemv) {
                       using W = decltype(tag);
                       const cuda::GemvNormInput<W> norm = d_in.get<W>();
                       return cuda::gemv_gated<W>(nullptr, weight_ptr<W>(d_wg, 0), weight_ptr<W>(d_wu, 0), nullptr,
-                                                 nullptr, act, y.get(), 1, N, c.K, stream_, geometry, max_blocks,
+                                                 nullptr, act, y.get(), 1, N, c.K, launch_, geometry, max_blocks,
                                                  &norm);
                     }));
           sync();
@@ -1368,7 +1380,7 @@ TEST_F(CudaKernels, GemvNormInputRejectsWhatItDoesNotServe) {
   const cuda::GemvNormInput<B> good = d_in.get<B>();
   const auto multi = [&](const cuda::GemvNormInput<B>& norm, int64_t M, int64_t k, int64_t n = 2) {
     const cuda::GemvTarget<B> target{weight_ptr<B>(d_w, 0), nullptr, y.get(), n};
-    return cuda::gemv_multi<B>(nullptr, &target, 1, M, k, stream_, cuda::kGemvDefaultGeometry, 0, &norm);
+    return cuda::gemv_multi<B>(nullptr, &target, 1, M, k, launch_, cuda::kGemvDefaultGeometry, 0, &norm);
   };
   EXPECT_EQ(cudaErrorInvalidValue, multi(good, 2, K)) << "two rows";
   EXPECT_EQ(cudaErrorInvalidValue, multi(good, 1, cuda::kGemvNormMaxK + 8)) << "K above kGemvNormMaxK";
@@ -1386,11 +1398,11 @@ TEST_F(CudaKernels, GemvNormInputRejectsWhatItDoesNotServe) {
   bad = good;
   bad.w_next = nullptr;
   EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_gated<B>(nullptr, weight_ptr<B>(d_w, 0), weight_ptr<B>(d_w, 0), nullptr,
-                                                       nullptr, cuda::GatedActivation::kSilu, y.get(), 1, 1, K, stream_,
+                                                       nullptr, cuda::GatedActivation::kSilu, y.get(), 1, 1, K, launch_,
                                                        cuda::kGemvDefaultGeometry, 0, &bad))
       << "no next norm";
   EXPECT_EQ(cudaErrorInvalidValue, cuda::gemv_gated<B>(nullptr, weight_ptr<B>(d_w, 0), weight_ptr<B>(d_w, 0), nullptr,
-                                                       nullptr, cuda::GatedActivation::kSilu, y.get(), 1, 0, K, stream_,
+                                                       nullptr, cuda::GatedActivation::kSilu, y.get(), 1, 0, K, launch_,
                                                        cuda::kGemvDefaultGeometry, 0, &good))
       << "a gated launch without outputs";
   sync();
@@ -1437,7 +1449,7 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
         const cublasLtMatmulAlgo_t* given = &algos.back().algo;
         for (const cublasLtMatmulAlgo_t* algo : {static_cast<const cublasLtMatmulAlgo_t*>(nullptr), given}) {
           const Status rs = (*gemm)->run(algo, d_x.get(), d_w.get(), type, bias ? d_b.get() : nullptr, y.get(), M, s.N,
-                                         s.K, scratch.get(), stream_);
+                                         s.K, scratch.get(), launch_);
           ASSERT_TRUE(rs.ok()) << what << ": " << rs.to_string();
           sync();
           EXPECT_TRUE(close(what + (algo ? " (given algo)" : " (heuristic)"), y.download(), want, {}, slack));
@@ -1447,9 +1459,9 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
         // The two halves (one conversion for several GEMMs of one x) give run()'s bytes.
         const std::vector<float> whole = y.download();
         Floats y2 = Floats::poisoned(M * s.N);
-        ASSERT_TRUE(cuda::CublasLtGemm::convert_input(d_x.get(), type, M, s.K, scratch.get(), stream_).ok()) << what;
+        ASSERT_TRUE(cuda::CublasLtGemm::convert_input(d_x.get(), type, M, s.K, scratch.get(), launch_).ok()) << what;
         const Status cs = (*gemm)->run_converted(given, scratch.get(), d_w.get(), type, bias ? d_b.get() : nullptr,
-                                                 y2.get(), M, s.N, s.K, stream_);
+                                                 y2.get(), M, s.N, s.K, launch_);
         ASSERT_TRUE(cs.ok()) << what << ": " << cs.to_string();
         sync();
         EXPECT_EQ(y2.download(), whole) << what << ": convert_input + run_converted differ from run()";
@@ -1464,7 +1476,7 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
              {static_cast<const cublasLtMatmulAlgo_t*>(nullptr),
               static_cast<const cublasLtMatmulAlgo_t*>(&rounded_algos.back().algo)}) {
           const Status rr =
-              (*gemm)->run_converted_rounded(algo, scratch.get(), d_w.get(), type, y16.get(), M, s.N, s.K, stream_);
+              (*gemm)->run_converted_rounded(algo, scratch.get(), d_w.get(), type, y16.get(), M, s.N, s.K, launch_);
           ASSERT_TRUE(rr.ok()) << what << ": " << rr.to_string();
           sync();
           std::vector<float> got;
@@ -1481,18 +1493,18 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
     }
   }
   Floats x(std::vector<float>(16, 1.0f));
-  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kF32, 1, 16, x.get(), stream_).code(),
+  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kF32, 1, 16, x.get(), launch_).code(),
             StatusCode::kInvalidArgument)
       << "f32 weights: nothing to convert";
-  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kBF16, 1, 16, nullptr, stream_).code(),
+  EXPECT_EQ(cuda::CublasLtGemm::convert_input(x.get(), DataType::kBF16, 1, 16, nullptr, launch_).code(),
             StatusCode::kInvalidArgument)
       << "no scratch";
   EXPECT_EQ(
-      (*gemm)->run_converted(nullptr, x.get(), x.get(), DataType::kF32, nullptr, x.get(), 1, 1, 16, stream_).code(),
+      (*gemm)->run_converted(nullptr, x.get(), x.get(), DataType::kF32, nullptr, x.get(), 1, 1, 16, launch_).code(),
       StatusCode::kInvalidArgument)
       << "f32 weights through run_converted";
   EXPECT_EQ(
-      (*gemm)->run_converted_rounded(nullptr, x.get(), x.get(), DataType::kF32, x.get(), 1, 1, 16, stream_).code(),
+      (*gemm)->run_converted_rounded(nullptr, x.get(), x.get(), DataType::kF32, x.get(), 1, 1, 16, launch_).code(),
       StatusCode::kInvalidArgument)
       << "f32 weights have no 16-bit output";
   std::vector<cublasLtMatmulHeuristicResult_t> none;
@@ -1510,6 +1522,14 @@ constexpr AttentionCase kAttentionCases[] = {{4, 1, 8, 0},    {4, 1, 80, 3},  {4
                                              {4, 2, 80, 512}, {4, 2, 256, 0}, {8, 8, 8, 512},   {8, 8, 80, 0},
                                              {8, 8, 256, 3},  {4, 1, 256, 0}, {4, 2, 12, 5}};
 constexpr int64_t kMaxCtx = 1024;
+
+/// The limits of a device with `sms` SMs and nothing else known: the split counts the tests
+/// expect follow from the SM count alone, whatever GPU runs the tests.
+cuda::DeviceLimits with_sms(int sms) {
+  cuda::DeviceLimits limits;
+  limits.sm_count = sms;
+  return limits;
+}
 
 /// Caches [kMaxCtx, kv_heads * hd] with random rows where some query can look and NaN in
 /// every other row, so that a kernel reading outside [lo, p] produces NaN.
@@ -1530,32 +1550,32 @@ enum class AttentionKernel { kDecode, kPrefill, kPrefillMma };
 /// Runs one attention kernel and returns its output (checking sentinels, partials included).
 std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c, const std::vector<float>& q,
                                  const Floats& kc, const Floats& vc, const Indices& pos, int64_t T, int max_splits,
-                                 cudaStream_t stream, int* error_flag = nullptr) {
+                                 const cuda::Launch& launch, int* error_flag = nullptr) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Floats d_q(q);
   Floats out = Floats::poisoned(T * c.heads * c.head_dim);
-  int64_t scratch = cuda::attention_prefill_scratch_floats(T, c.heads, c.head_dim);
+  int64_t scratch = cuda::attention_prefill_scratch_floats(T, c.heads, c.head_dim, *launch.limits);
   if (kernel == AttentionKernel::kDecode) {
     scratch = cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits);
   } else if (kernel == AttentionKernel::kPrefillMma) {
-    scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
+    scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, *launch.limits);
   }
   Floats partials = Floats::poisoned(std::max<int64_t>(1, scratch));
   cudaError_t err;
   if (kernel == AttentionKernel::kDecode) {
     err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                  c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
-                                 error_flag, stream);
+                                 error_flag, launch);
   } else if (kernel == AttentionKernel::kPrefillMma) {
     err = cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                       c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(),
-                                      error_flag, stream);
+                                      error_flag, launch);
   } else {
     err = cuda::attention_prefill(d_q.get(), kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T, c.heads, c.kv_heads,
-                                  c.head_dim, kMaxCtx, c.window, scale, partials.get(), stream);
+                                  c.head_dim, kMaxCtx, c.window, scale, partials.get(), launch);
   }
   CUDA_CHECK(err);
-  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaStreamSynchronize(launch.stream));
   if (!out.guard_intact() || !partials.guard_intact()) throw std::runtime_error("attention wrote past its outputs");
   return out.download();
 }
@@ -1600,7 +1620,7 @@ TEST_F(CudaKernels, AttentionDecodeMatchesCpu) {
         Indices d_pos(pos_i64, pos);
         for (int max_splits : {1, 16}) {
           const std::vector<float> got =
-              run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, T, max_splits, stream_);
+              run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, T, max_splits, launch_);
           EXPECT_TRUE(close(attention_name("attention_decode", c, pos, max_splits), got, want, {2e-5, 1e-4}));
         }
       }
@@ -1616,16 +1636,45 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
   Floats d_kc(kc), d_vc(vc);
   Indices d_pos(true, pos);
   const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
-  const std::vector<float> one = run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, 1, stream_);
+  const std::vector<float> one = run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, 1, launch_);
   EXPECT_TRUE(close("decode, 1 split", one, want, {2e-5, 1e-4}));
   for (int max_splits : {4, 16, 64, 256}) {
     const std::vector<float> got =
-        run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, stream_);
+        run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, launch_);
     EXPECT_TRUE(close("decode splits " + std::to_string(max_splits) + " vs 1", got, one, {1e-5, 1e-5}));
   }
   EXPECT_EQ(cuda::attention_decode_splits(1024, 0, 16), 16);
   EXPECT_EQ(cuda::attention_decode_splits(1024, 3, 16), 1) << "a 3-key window needs no split";
   EXPECT_EQ(cuda::attention_decode_splits(100, 0, 64), 4) << "at least 32 keys per split";
+}
+
+// The splits' partials combine inside a thread-block cluster where the sm_90 code runs (up to
+// 16 splits), else in a second kernel through the partials. Both paths against the CPU and
+// each other: the second kernel's is taken here on any GPU by launching with limits that say
+// the sm_90 code does not run (a GPU without clusters; no programmatic dependent launch
+// either). Where it does not run, both launches take the second kernel.
+TEST_F(CudaKernels, AttentionDecodeCombinesInAClusterOrInASecondKernel) {
+  cuda::DeviceLimits no_clusters = *launch_.limits;
+  no_clusters.hopper_code_runs = false;
+  const cuda::Launch second_kernel{launch_.stream, false, false, &no_clusters};
+  const std::vector<int64_t> pos = {700, 701};
+  for (const AttentionCase& c : kAttentionCases) {
+    const std::vector<float> q = random_floats(2 * c.heads * c.head_dim, 73);
+    const std::vector<float> kc = make_cache(c, pos, 74), vc = make_cache(c, pos, 75);
+    Floats d_kc(kc), d_vc(vc);
+    Indices d_pos(false, pos);
+    const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
+    for (int max_splits : {2, 16}) {
+      const std::string what = attention_name("attention_decode", c, pos, max_splits);
+      const std::vector<float> cluster =
+          run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, launch_);
+      const std::vector<float> second =
+          run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, second_kernel);
+      EXPECT_TRUE(close(what + ", cluster combine", cluster, want, {2e-5, 1e-4}));
+      EXPECT_TRUE(close(what + ", combine kernel", second, want, {2e-5, 1e-4}));
+      EXPECT_TRUE(close(what + ", cluster vs combine kernel", cluster, second, {1e-5, 1e-5}));
+    }
+  }
 }
 
 TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
@@ -1656,13 +1705,13 @@ TEST_F(CudaKernels, AttentionDecodeWithNewRowsEqualsCacheWriteThenAttention) {
         Floats out = Floats::poisoned(T * c.heads * c.head_dim);
         Floats partials = Floats::poisoned(cuda::attention_decode_partials_floats(T, c.heads, c.head_dim, max_splits));
         sync();
-        ASSERT_EQ(cudaSuccess, cuda::add(d_k_src.get(), d_zero.get(), d_k_new.get(), T * width, stream_));
-        ASSERT_EQ(cudaSuccess, cuda::add(d_v_src.get(), d_zero.get(), d_v_new.get(), T * width, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::add(d_k_src.get(), d_zero.get(), d_k_new.get(), T * width, launch_));
+        ASSERT_EQ(cudaSuccess, cuda::add(d_v_src.get(), d_zero.get(), d_v_new.get(), T * width, launch_));
         ASSERT_EQ(cudaSuccess,
                   cuda::attention_decode(d_q.get(), d_k_new.get(), d_v_new.get(), d_kc.get(), d_vc.get(), d_pos.get(),
                                          false, out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
                                          1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get(), max_splits,
-                                         flag(), stream_, from_host));
+                                         flag(), launch_, from_host));
         EXPECT_EQ(take_flag(), 0);
         sync();
         std::vector<float> kc_want = kc, vc_want = vc;
@@ -1745,24 +1794,24 @@ TEST_F(CudaKernels, AttentionDecodeHeadNormEqualsHeadNormRopeThenAttention) {
                       {d_q_src.get(), q_w, q_rot.get(), c.heads, 1e4f, 1.0f, inv_freq},
                       {d_k_src.get(), k_w, k_rot.get(), c.kv_heads, 1e4f, 1.0f, inv_freq}};
                   cudaError_t err =
-                      cuda::head_norm_rope<W>(parts, 2, d_pos.get(), d_pos.i64, 1, hd, 1e-6f, 1.0f, flag(), stream_);
+                      cuda::head_norm_rope<W>(parts, 2, d_pos.get(), d_pos.i64, 1, hd, 1e-6f, 1.0f, flag(), launch_);
                   if (err != cudaSuccess) return err;
                   err =
                       cuda::attention_decode(q_rot.get(), k_rot.get(), d_v_src.get(), d_kc_want.get(), d_vc_want.get(),
                                              d_pos.get(), d_pos.i64, want.get(), 1, c.heads, c.kv_heads, hd, kMaxCtx,
-                                             c.window, scale, partials_want.get(), max_splits, flag(), stream_);
+                                             c.window, scale, partials_want.get(), max_splits, flag(), launch_);
                   if (err != cudaSuccess) return err;
                   // The fused launch, right behind the kernels that write its inputs.
                   for (auto [src, dst, n] : {std::tuple{&d_q_src, &d_q, c.heads * hd},
                                              std::tuple{&d_k_src, &d_k, width}, std::tuple{&d_v_src, &d_v, width}}) {
-                    err = cuda::add(src->get(), d_zero.get(), dst->get(), n, stream_);
+                    err = cuda::add(src->get(), d_zero.get(), dst->get(), n, launch_);
                     if (err != cudaSuccess) return err;
                   }
                   const cuda::AttentionHeadNorm<W> norm{q_w, k_w, 1e-6f, 1.0f, 1e4f, 1.0f, inv_freq};
                   return cuda::attention_decode_head_norm<W>(d_q.get(), d_k.get(), d_v.get(), d_kc.get(), d_vc.get(),
                                                              d_pos.get(), d_pos.i64, out.get(), c.heads, c.kv_heads, hd,
                                                              kMaxCtx, c.window, scale, norm, partials.get(), max_splits,
-                                                             flag(), stream_, from_host);
+                                                             flag(), launch_, from_host);
                 }));
             EXPECT_EQ(take_flag(), 0) << what;
             EXPECT_TRUE(close(what, out.download(), want.download(), {1e-5, 1e-4})) << what;
@@ -1818,7 +1867,7 @@ TEST_F(CudaKernels, AttentionDecodeHeadNormBadPositionAndBadArguments) {
       ASSERT_EQ(cudaSuccess,
                 cuda::attention_decode_head_norm<__nv_bfloat16>(
                     d_q.get(), d_k.get(), d_v.get(), d_kc.get(), d_vc.get(), d_pos.get(), true, out.get(), c.heads,
-                    c.kv_heads, hd, kMaxCtx, c.window, scale, norm, partials.get(), 64, flag(), stream_, from_host));
+                    c.kv_heads, hd, kMaxCtx, c.window, scale, norm, partials.get(), 64, flag(), launch_, from_host));
       EXPECT_EQ(take_flag(), 1) << "position " << p;
       const std::vector<float> got = out.download();
       EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](float x) { return std::isnan(x); })) << "position " << p;
@@ -1832,7 +1881,7 @@ TEST_F(CudaKernels, AttentionDecodeHeadNormBadPositionAndBadArguments) {
   const auto launch = [&](const float* k, int64_t head_dim, const cuda::AttentionHeadNorm<__nv_bfloat16>& n) {
     return cuda::attention_decode_head_norm<__nv_bfloat16>(d_q.get(), k, d_v.get(), d_kc.get(), d_vc.get(), d_pos.get(),
                                                            true, out.get(), c.heads, c.kv_heads, head_dim, kMaxCtx, 0,
-                                                           scale, n, partials.get(), 64, flag(), stream_);
+                                                           scale, n, partials.get(), 64, flag(), launch_);
   };
   cuda::AttentionHeadNorm<__nv_bfloat16> no_q = norm, no_k = norm;
   no_q.q_w = nullptr;
@@ -1858,7 +1907,7 @@ TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
         const std::vector<float> kc = make_cache(c, pos, 81), vc = make_cache(c, pos, 82);
         Floats d_kc(kc), d_vc(vc);
         Indices d_pos(T % 2 == 0, pos);
-        const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_);
+        const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, launch_);
         EXPECT_TRUE(
             close(attention_name("attention_prefill", c, pos, 0), got, cpu_attention(c, q, kc, vc, pos), {2e-5, 1e-4}));
       }
@@ -1869,10 +1918,13 @@ TEST_F(CudaKernels, AttentionPrefillMatchesCpu) {
 TEST_F(CudaKernels, AttentionPrefillSplitOrNotMatchesCpu) {
   // 32 heads: 300 tokens give 19 * 32 = 608 row blocks (no split), 40 tokens 96 (split 6
   // ways, combined by the second kernel); causal and sliding.
-  EXPECT_EQ(cuda::attention_prefill_splits(300, 32), 1);
-  EXPECT_EQ(cuda::attention_prefill_splits(40, 32), 6);
-  EXPECT_EQ(cuda::attention_prefill_splits(1, 4), 8) << "at most 8 splits";
-  EXPECT_EQ(cuda::attention_prefill_scratch_floats(300, 32, 64), cuda::attention_decode_partials_floats(256, 32, 64, 2))
+  const cuda::DeviceLimits sms132 = with_sms(132);
+  EXPECT_EQ(cuda::attention_prefill_splits(300, 32, sms132), 1);
+  EXPECT_EQ(cuda::attention_prefill_splits(40, 32, sms132), 6);
+  EXPECT_EQ(cuda::attention_prefill_splits(40, 32, with_sms(66)), 3) << "half the SMs, half the blocks";
+  EXPECT_EQ(cuda::attention_prefill_splits(1, 4, sms132), 8) << "at most 8 splits";
+  EXPECT_EQ(cuda::attention_prefill_scratch_floats(300, 32, 64, sms132),
+            cuda::attention_decode_partials_floats(256, 32, 64, 2))
       << "256 tokens split 2 ways: the largest tokens x splits up to 300";
   for (const AttentionCase& c : {AttentionCase{32, 8, 64, 0}, AttentionCase{32, 8, 64, 100}}) {
     for (int64_t T : {40, 300}) {
@@ -1881,8 +1933,9 @@ TEST_F(CudaKernels, AttentionPrefillSplitOrNotMatchesCpu) {
       const std::vector<float> kc = make_cache(c, pos, 84), vc = make_cache(c, pos, 85);
       Floats d_kc(kc), d_vc(vc);
       Indices d_pos(true, pos);
-      const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_);
-      const std::string what = attention_name("attention_prefill", c, pos, cuda::attention_prefill_splits(T, c.heads));
+      const std::vector<float> got = run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, launch_);
+      const std::string what =
+          attention_name("attention_prefill", c, pos, cuda::attention_prefill_splits(T, c.heads, *launch_.limits));
       EXPECT_TRUE(close(what, got, cpu_attention(c, q, kc, vc, pos), {2e-5, 1e-4}));
     }
   }
@@ -1897,7 +1950,7 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   Indices d_pos(false, pos);
   const int64_t row = c.heads * c.head_dim;
   for (AttentionKernel kernel : {AttentionKernel::kDecode, AttentionKernel::kPrefill, AttentionKernel::kPrefillMma}) {
-    const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, stream_, flag());
+    const std::vector<float> got = run_attention(kernel, c, q, d_kc, d_vc, d_pos, 3, 16, launch_, flag());
     // The decode kernel reports the bad position (the runtime reads the flag); prefill's is
     // reported by the KV-cache write that runs before it.
     EXPECT_EQ(take_flag(), kernel == AttentionKernel::kDecode ? 1 : 0);
@@ -1908,22 +1961,22 @@ TEST_F(CudaKernels, AttentionBadPositionGivesNaNRowsAndBadShapesAreRejected) {
   Floats out = Floats::poisoned(1);
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_decode(out.get(), nullptr, nullptr, out.get(), out.get(), d_pos.get(), false, out.get(), 1,
-                                   4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, stream_))
+                                   4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, launch_))
       << "head_dim above 256";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_decode(out.get(), out.get(), nullptr, out.get(), out.get(), d_pos.get(), false, out.get(),
-                                   1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, stream_))
+                                   1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), 4, nullptr, launch_))
       << "k_new without v_new";
   EXPECT_EQ(cudaErrorInvalidValue, cuda::attention_prefill(out.get(), out.get(), out.get(), d_pos.get(), false,
-                                                           out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, stream_))
+                                                           out.get(), 1, 6, 4, 8, kMaxCtx, 0, 1.0f, nullptr, launch_))
       << "heads not a multiple of kv_heads";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_prefill_mma(out.get(), nullptr, nullptr, out.get(), out.get(), d_pos.get(), false,
-                                        out.get(), 1, 4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), nullptr, stream_))
+                                        out.get(), 1, 4, 1, 300, kMaxCtx, 0, 1.0f, out.get(), nullptr, launch_))
       << "head_dim above 256";
   EXPECT_EQ(cudaErrorInvalidValue,
             cuda::attention_prefill_mma(out.get(), out.get(), nullptr, out.get(), out.get(), d_pos.get(), false,
-                                        out.get(), 1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), nullptr, stream_))
+                                        out.get(), 1, 4, 1, 8, kMaxCtx, 0, 1.0f, out.get(), nullptr, launch_))
       << "k_new without v_new";
 }
 
@@ -1939,16 +1992,16 @@ std::vector<float> bf16_values(std::vector<float> v) {
 
 /// The tensor-core prefill at `pos` against the CPU on bf16-exact q, k, v (seeds from `seed`).
 void expect_prefill_mma_matches_cpu(const AttentionCase& c, const std::vector<int64_t>& pos, bool pos_i64,
-                                    uint32_t seed, cudaStream_t stream) {
+                                    uint32_t seed, const cuda::Launch& launch) {
   const auto T = static_cast<int64_t>(pos.size());
   const std::vector<float> q = bf16_values(random_floats(T * c.heads * c.head_dim, seed));
   const std::vector<float> kc = bf16_values(make_cache(c, pos, seed + 1));
   const std::vector<float> vc = bf16_values(make_cache(c, pos, seed + 2));
   Floats d_kc(kc), d_vc(vc);
   Indices d_pos(pos_i64, pos);
-  const std::vector<float> got = run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, stream);
+  const std::vector<float> got = run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, launch);
   const std::string what =
-      attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads));
+      attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads, *launch.limits));
   EXPECT_TRUE(close(what, got, cpu_attention(c, q, kc, vc, pos), kMmaTolerance));
 }
 
@@ -1957,7 +2010,7 @@ TEST_F(CudaKernels, AttentionPrefillMmaMatchesCpu) {
     for (int64_t T : {1, 2, 7, 33, 64, 65, 129}) {
       for (int64_t start : {int64_t{0}, int64_t{700}}) {
         if (start == 700 && T > 65) continue;
-        expect_prefill_mma_matches_cpu(c, iota(start, T), T % 2 == 1, 86, stream_);
+        expect_prefill_mma_matches_cpu(c, iota(start, T), T % 2 == 1, 86, launch_);
       }
     }
   }
@@ -1966,17 +2019,18 @@ TEST_F(CudaKernels, AttentionPrefillMmaMatchesCpu) {
 TEST_F(CudaKernels, AttentionPrefillMmaSplitOrNotMatchesCpu) {
   // 32 heads: 40 tokens give 32 row blocks (split 4 ways), 300 give 160 (2 ways), 600 give
   // 320 (no split); causal and sliding.
-  EXPECT_EQ(cuda::attention_prefill_mma_splits(40, 32), 4);
-  EXPECT_EQ(cuda::attention_prefill_mma_splits(300, 32), 2);
-  EXPECT_EQ(cuda::attention_prefill_mma_splits(600, 32), 1);
-  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 64, kMaxCtx),
+  const cuda::DeviceLimits sms132 = with_sms(132);
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(40, 32, sms132), 4);
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(300, 32, sms132), 2);
+  EXPECT_EQ(cuda::attention_prefill_mma_splits(600, 32, sms132), 1);
+  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 64, kMaxCtx, sms132),
             kMaxCtx * 8 * 64 + cuda::attention_decode_partials_floats(512, 32, 64, 2))
       << "bf16 rows of both caches, then 512 tokens split 2 ways: the largest tokens x splits up to 600";
-  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 12, kMaxCtx),
+  EXPECT_EQ(cuda::attention_prefill_mma_scratch_floats(600, 32, 8, 12, kMaxCtx, sms132),
             cuda::attention_decode_partials_floats(512, 32, 12, 2))
       << "head_dim 12: no 16-byte rows, converted while staging";
   for (const AttentionCase& c : {AttentionCase{32, 8, 64, 0}, AttentionCase{32, 8, 64, 100}}) {
-    for (int64_t T : {40, 300, 600}) expect_prefill_mma_matches_cpu(c, iota(5, T), true, 89, stream_);
+    for (int64_t T : {40, 300, 600}) expect_prefill_mma_matches_cpu(c, iota(5, T), true, 89, launch_);
   }
 }
 
@@ -1993,7 +2047,8 @@ TEST_F(CudaKernels, AttentionPrefillMmaCopiesOrConvertsItsTilesToTheSameBits) {
       Floats kc(make_cache(c, pos, 96)), vc(make_cache(c, pos, 97));
       Indices d_pos(true, pos);
       Floats d_q(q);
-      const int64_t scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
+      const int64_t scratch =
+          cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, *launch_.limits);
       std::vector<float> outs[2];
       for (int shift = 0; shift < 2; ++shift) {
         Floats out = Floats::poisoned(T * c.heads * c.head_dim);
@@ -2001,13 +2056,13 @@ TEST_F(CudaKernels, AttentionPrefillMmaCopiesOrConvertsItsTilesToTheSameBits) {
         CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), d_pos.get(), true,
                                                out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
                                                1.0f / std::sqrt(static_cast<float>(c.head_dim)), partials.get() + shift,
-                                               nullptr, stream_));
+                                               nullptr, launch_));
         CUDA_CHECK(cudaStreamSynchronize(stream_));
         ASSERT_TRUE(out.guard_intact() && partials.guard_intact());
         outs[shift] = out.download();
       }
-      EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0)
-          << attention_name("attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads));
+      EXPECT_EQ(std::memcmp(outs[0].data(), outs[1].data(), outs[0].size() * sizeof(float)), 0) << attention_name(
+          "attention_prefill_mma", c, pos, cuda::attention_prefill_mma_splits(T, c.heads, *launch_.limits));
     }
   }
 }
@@ -2048,7 +2103,8 @@ TEST_F(CudaKernels, AttentionPrefillMmaWithNewRowsEqualsCacheWriteThenAttention)
         std::copy_n(v_new.begin() + t * width, width, vc_want.begin() + pos[t] * width);
       }
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-      const int64_t scratch = cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx);
+      const int64_t scratch =
+          cuda::attention_prefill_mma_scratch_floats(T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, *launch_.limits);
       Indices d_pos(true, pos);
       Floats d_q(q);
       // The reference: the attention alone over the caches as kv_cache_write leaves them.
@@ -2057,7 +2113,7 @@ TEST_F(CudaKernels, AttentionPrefillMmaWithNewRowsEqualsCacheWriteThenAttention)
       Floats ref_scratch = Floats::poisoned(std::max<int64_t>(1, scratch));
       CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, ref_kc.get(), ref_vc.get(), d_pos.get(), true,
                                              ref_out.get(), T, c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window,
-                                             scale, ref_scratch.get(), nullptr, stream_));
+                                             scale, ref_scratch.get(), nullptr, launch_));
       sync();
       const std::vector<float> want = ref_out.download();
       for (int shift = 0; shift < 2; ++shift) {
@@ -2069,11 +2125,11 @@ TEST_F(CudaKernels, AttentionPrefillMmaWithNewRowsEqualsCacheWriteThenAttention)
         Floats d_scratch = Floats::poisoned(std::max<int64_t>(1, scratch));
         CUDA_CHECK(cuda::attention_prefill_mma(d_q.get(), d_k_new.get() + shift, d_v_new.get() + shift, d_kc.get(),
                                                d_vc.get(), d_pos.get(), true, out.get(), T, c.heads, c.kv_heads,
-                                               c.head_dim, kMaxCtx, c.window, scale, d_scratch.get(), flag(), stream_));
+                                               c.head_dim, kMaxCtx, c.window, scale, d_scratch.get(), flag(), launch_));
         EXPECT_EQ(take_flag(), pos == bad ? 1 : 0);
         sync();
         const std::string what = attention_name("attention_prefill_mma with new rows", c, pos,
-                                                cuda::attention_prefill_mma_splits(T, c.heads)) +
+                                                cuda::attention_prefill_mma_splits(T, c.heads, *launch_.limits)) +
                                  (shift != 0 ? " (k_new unaligned)" : "");
         EXPECT_EQ(same(out.download(), want), 0u) << what << ": outputs differ from cache write + attention";
         EXPECT_EQ(same(d_kc.download(), kc_want) + same(d_vc.download(), vc_want), 0u)
@@ -2108,10 +2164,10 @@ TEST_F(CudaKernels, AttentionPrefillSkipsCacheRowsNoQuerySees) {
   Indices d_pos(false, pos);
   const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
   EXPECT_TRUE(close("attention_prefill, gap in positions",
-                    run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, stream_), want,
+                    run_attention(AttentionKernel::kPrefill, c, q, d_kc, d_vc, d_pos, T, 1, launch_), want,
                     {2e-5, 1e-4}));
   EXPECT_TRUE(close("attention_prefill_mma, gap in positions",
-                    run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, stream_), want,
+                    run_attention(AttentionKernel::kPrefillMma, c, q, d_kc, d_vc, d_pos, T, 1, launch_), want,
                     kMmaTolerance));
 }
 
@@ -2125,7 +2181,7 @@ TEST_F(CudaKernels, SpinKeepsTheStreamBusyAtLeastAsLongAsAsked) {
   CUDA_CHECK(cudaEventCreate(&stop));
   for (int64_t us : {0, 50, 300}) {
     CUDA_CHECK(cudaEventRecord(start, stream_));
-    CUDA_CHECK(cuda::spin(us, stream_));
+    CUDA_CHECK(cuda::spin(us, launch_));
     CUDA_CHECK(cudaEventRecord(stop, stream_));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0.0f;
@@ -2134,12 +2190,12 @@ TEST_F(CudaKernels, SpinKeepsTheStreamBusyAtLeastAsLongAsAsked) {
   }
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
-  EXPECT_EQ(cuda::spin(-1, stream_), cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::spin(-1, launch_), cudaErrorInvalidValue);
 }
 
 TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
   using CpuOp = void (*)(const float*, const float*, float*, int64_t);
-  using CudaOp = cudaError_t (*)(const float*, const float*, float*, int64_t, cudaStream_t);
+  using CudaOp = cudaError_t (*)(const float*, const float*, float*, int64_t, const cuda::Launch&);
   const struct {
     const char* name;
     CpuOp cpu;
@@ -2153,7 +2209,7 @@ TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
         const std::vector<float> a = random_floats(n + lead, 100, -6.0f, 6.0f), b = random_floats(n + lead, 101);
         Floats d_a(a), d_b(b);
         Floats out = Floats::poisoned(n + lead);
-        ASSERT_EQ(cudaSuccess, op.gpu(d_a.get() + lead, d_b.get() + lead, out.get() + lead, n, stream_));
+        ASSERT_EQ(cudaSuccess, op.gpu(d_a.get() + lead, d_b.get() + lead, out.get() + lead, n, launch_));
         sync();
         std::vector<float> want(static_cast<size_t>(n));
         op.cpu(a.data() + lead, b.data() + lead, want.data(), n);
@@ -2168,7 +2224,7 @@ TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
   // add in place (out aliases a).
   const std::vector<float> a = random_floats(1001, 102), b = random_floats(1001, 103);
   Floats d_a(a), d_b(b);
-  ASSERT_EQ(cudaSuccess, cuda::add(d_a.get(), d_b.get(), d_a.get(), 1001, stream_));
+  ASSERT_EQ(cudaSuccess, cuda::add(d_a.get(), d_b.get(), d_a.get(), 1001, launch_));
   sync();
   std::vector<float> want(a.size());
   cpu::add(a.data(), b.data(), want.data(), 1001);
@@ -2182,7 +2238,7 @@ TEST_F(CudaKernels, TakeLastAndBiasRows) {
         const std::vector<float> x = random_floats(batch * T * F, 110);
         Floats d_x(x);
         Floats y = Floats::poisoned(batch * F);
-        ASSERT_EQ(cudaSuccess, cuda::take_last(d_x.get(), y.get(), batch, T, F, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::take_last(d_x.get(), y.get(), batch, T, F, launch_));
         sync();
         std::vector<float> want;
         for (int64_t b = 0; b < batch; ++b) {
@@ -2196,7 +2252,7 @@ TEST_F(CudaKernels, TakeLastAndBiasRows) {
   }
   const std::vector<float> y0 = random_floats(3 * 13, 111), bias = random_floats(13, 112);
   Floats d_y(y0), d_bias(bias);
-  ASSERT_EQ(cudaSuccess, cuda::add_bias_rows(d_y.get(), d_bias.get(), 3, 13, stream_));
+  ASSERT_EQ(cudaSuccess, cuda::add_bias_rows(d_y.get(), d_bias.get(), 3, 13, launch_));
   sync();
   std::vector<float> want = y0;
   for (size_t i = 0; i < want.size(); ++i) want[i] += bias[i % 13];
@@ -2228,7 +2284,7 @@ TEST_F(CudaKernels, SplitColumnsCopiesEachTargetsColumnsAndBias) {
         for (size_t i = 0; i < n.size(); ++i) {
           split.targets[i] = {outs[i].get(), bias_host[i].empty() ? nullptr : biases[i].get(), n[i]};
         }
-        ASSERT_EQ(cudaSuccess, cuda::split_columns(y.get() + lead, rows, split, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::split_columns(y.get() + lead, rows, split, launch_));
         sync();
         int64_t first = 0;
         for (size_t i = 0; i < n.size(); ++i) {
@@ -2252,11 +2308,11 @@ TEST_F(CudaKernels, SplitColumnsCopiesEachTargetsColumnsAndBias) {
   }
   Floats y(std::vector<float>(8, 1.0f)), out = Floats::poisoned(8);
   cuda::ColumnSplit none{};
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, none, stream_)) << "no target";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, none, launch_)) << "no target";
   cuda::ColumnSplit empty{};
   empty.count = 1;
   empty.targets[0] = {out.get(), nullptr, 0};
-  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, empty, stream_)) << "a target of no columns";
+  EXPECT_EQ(cudaErrorInvalidValue, cuda::split_columns(y.get(), 1, empty, launch_)) << "a target of no columns";
 }
 
 TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
@@ -2269,10 +2325,10 @@ TEST_F(CudaKernels, ConvertRoundsToNearestEvenLikeTheHost) {
                              hf = DeviceBuffer<uint16_t>::poisoned(n + lead);
       Floats f = Floats::poisoned(n);
       ASSERT_EQ(cudaSuccess, cuda::convert_f32_to<__nv_bfloat16>(
-                                 d_x.get() + lead, reinterpret_cast<__nv_bfloat16*>(bf.get()) + lead, n, stream_));
+                                 d_x.get() + lead, reinterpret_cast<__nv_bfloat16*>(bf.get()) + lead, n, launch_));
       ASSERT_EQ(cudaSuccess,
-                cuda::convert_f32_to<__half>(d_x.get() + lead, reinterpret_cast<__half*>(hf.get()) + lead, n, stream_));
-      ASSERT_EQ(cudaSuccess, cuda::convert_f32_to<float>(d_x.get() + lead, f.get(), n, stream_));
+                cuda::convert_f32_to<__half>(d_x.get() + lead, reinterpret_cast<__half*>(hf.get()) + lead, n, launch_));
+      ASSERT_EQ(cudaSuccess, cuda::convert_f32_to<float>(d_x.get() + lead, f.get(), n, launch_));
       sync();
       const std::vector<uint16_t> got_bf = bf.download(), got_hf = hf.download();
       size_t mismatches = 0;
@@ -2326,10 +2382,10 @@ TEST_F(CudaKernels, GatedActivationRowsReadsSixteenBitRowsWithAStride) {
           using W = decltype(tag);
           const W* gate = reinterpret_cast<const W*>(d_in.get()) + c.lead;
           ASSERT_EQ(cudaSuccess, cuda::gated_activation_rows(gate, gate + c.up_at, c.ld, activation, out32.get(),
-                                                             c.rows, c.n, stream_))
+                                                             c.rows, c.n, launch_))
               << what;
           ASSERT_EQ(cudaSuccess, cuda::gated_activation_rows(gate, gate + c.up_at, c.ld, activation,
-                                                             reinterpret_cast<W*>(out16.get()), c.rows, c.n, stream_))
+                                                             reinterpret_cast<W*>(out16.get()), c.rows, c.n, launch_))
               << what;
         };
         if (type == DataType::kBF16) {
@@ -2360,10 +2416,10 @@ TEST_F(CudaKernels, GatedActivationRowsReadsSixteenBitRowsWithAStride) {
   const auto* p = reinterpret_cast<const __nv_bfloat16*>(x.get());
   Floats y = Floats::poisoned(64);
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gated_activation_rows(p, p + 8, 7, cuda::GatedActivation::kSilu, y.get(), 2, 8, stream_))
+            cuda::gated_activation_rows(p, p + 8, 7, cuda::GatedActivation::kSilu, y.get(), 2, 8, launch_))
       << "ld < n";
   EXPECT_EQ(cudaErrorInvalidValue,
-            cuda::gated_activation_rows(p, p + 8, 8, static_cast<cuda::GatedActivation>(7), y.get(), 2, 8, stream_))
+            cuda::gated_activation_rows(p, p + 8, 8, static_cast<cuda::GatedActivation>(7), y.get(), 2, 8, launch_))
       << "unknown activation";
 }
 
@@ -2379,7 +2435,7 @@ TEST_F(CudaKernels, GatedActivationToEqualsActivationThenConvert) {
         Floats d_gate(gate), d_up(up), product = Floats::poisoned(n);
         const bool gelu = activation == cuda::GatedActivation::kGeluTanh;
         ASSERT_EQ(cudaSuccess, (gelu ? cuda::gelu_tanh_mul : cuda::silu_mul)(d_gate.get() + lead, d_up.get() + lead,
-                                                                             product.get(), n, stream_));
+                                                                             product.get(), n, launch_));
         DeviceBuffer<uint16_t> want_bf = DeviceBuffer<uint16_t>::poisoned(n + lead),
                                want_hf = DeviceBuffer<uint16_t>::poisoned(n + lead),
                                got_bf = DeviceBuffer<uint16_t>::poisoned(n + lead),
@@ -2388,12 +2444,12 @@ TEST_F(CudaKernels, GatedActivationToEqualsActivationThenConvert) {
           return reinterpret_cast<__nv_bfloat16*>(b.get()) + lead;
         };
         const auto f16 = [&](const DeviceBuffer<uint16_t>& b) { return reinterpret_cast<__half*>(b.get()) + lead; };
-        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), bf16(want_bf), n, stream_));
-        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), f16(want_hf), n, stream_));
+        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), bf16(want_bf), n, launch_));
+        ASSERT_EQ(cudaSuccess, cuda::convert_f32_to(product.get(), f16(want_hf), n, launch_));
         ASSERT_EQ(cudaSuccess, cuda::gated_activation_to(d_gate.get() + lead, d_up.get() + lead, activation,
-                                                         bf16(got_bf), n, stream_));
+                                                         bf16(got_bf), n, launch_));
         ASSERT_EQ(cudaSuccess, cuda::gated_activation_to(d_gate.get() + lead, d_up.get() + lead, activation,
-                                                         f16(got_hf), n, stream_));
+                                                         f16(got_hf), n, launch_));
         sync();
         const std::string what =
             std::string("gated_activation_to ") + (gelu ? "gelu" : "silu") + " " + shape({{"n", n}, {"lead", lead}});
@@ -2408,7 +2464,7 @@ TEST_F(CudaKernels, GatedActivationToEqualsActivationThenConvert) {
   }
   Floats x = Floats::poisoned(4);
   EXPECT_EQ(cudaErrorInvalidValue, cuda::gated_activation_to(x.get(), x.get(), static_cast<cuda::GatedActivation>(7),
-                                                             reinterpret_cast<__nv_bfloat16*>(x.get()), 4, stream_))
+                                                             reinterpret_cast<__nv_bfloat16*>(x.get()), 4, launch_))
       << "unknown activation";
 }
 

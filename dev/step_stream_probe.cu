@@ -1,4 +1,4 @@
-// The kernel of cuda_kernels_bench's step_stream group (step_stream_probe.h).
+// The kernel of kernel_probes' step_stream group (step_stream_probe.h).
 //
 // A warp takes rows gw, gw + warps, ... of a phase (gw: its place, its index in the grid or
 // that rotated by the phase), each row in pieces of 256 16-byte chunks: 8 loads a lane, load
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 
+#include "device_sync.cuh"
 #include "devices/cuda/device_math.h"
 
 namespace gearbox::bench {
@@ -126,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if (p + 1 == count) break;
     __syncthreads();  // the block's stores are done and x is read before the next phase stages its own
     if constexpr (kBarrier) {
-      if (threadIdx.x == 0) cuda::release_add_one(counter);
+      if (threadIdx.x == 0) release_add_one(counter);
     }
     if constexpr (kLookahead > 0) {
       for (int q = p + 1; q < count && held == 0; ++q) {
@@ -147,7 +148,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     if constexpr (kBarrier) {
       if (threadIdx.x == 0) {
         const unsigned target = static_cast<unsigned>(p + 1) * gridDim.x;
-        while (cuda::load_acquire(counter) < target) {
+        while (load_acquire(counter) < target) {
         }
       }
       __syncthreads();

@@ -1,7 +1,7 @@
 // What a persistent decode step could reach at best: one launch of resident blocks streams a
 // decode step's weights matrix after matrix (y = W x, each x the previous matrix's y), with
 // a grid-wide barrier between dependent matrices or none, and with each warp's first weight
-// loads of the next matrix issued before it waits or not (cuda_kernels_bench step_stream). No
+// loads of the next matrix issued before it waits or not (kernel_probes step_stream). No
 // norms, no attention arithmetic: an optional stand-in phase, where a few blocks spin, takes
 // the attention's place. It bounds the design of ARCHITECTURE.md "Not yet built".
 #pragma once

@@ -1,7 +1,6 @@
 // CUDA row gathers and elementwise ops: embedding lookup, the gated activations, residual
 // add, bias add, last-position copy and the f32 -> W conversion that feeds the GEMM.
 //
-//   embedding      ids [count], table [vocab, hidden] W  -> out [count, hidden] f32
 //   gelu/silu_mul  gate, up [n] -> out [n]           add  a, b [n] -> out [n]
 //   add_bias_rows  y [rows, n] += bias [n]           take_last  x [B, T, F] -> y [B, F]
 //   split_columns  y [rows, sum n_i] -> out_i [rows, n_i] (+ bias_i)
@@ -10,7 +9,7 @@
 //   gated_activation_rows  gate, up [rows, n] W with row stride ld -> out [rows, n] f32 or W
 //
 // All memory-bound: float4 (16-byte) accesses when every pointer is 16-byte aligned, with a
-// scalar tail; grid-stride loops over at most kMaxBlocks blocks. Expressions are the CPU
+// scalar tail; grid-stride loops over at most kBlocksPerSm blocks per SM of the device. Expressions are the CPU
 // kernels' (devices/cpu/kernels_elementwise.cpp), with CUDA's tanhf / expf.
 
 #include <math_constants.h>
@@ -20,19 +19,22 @@
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 #include "devices/cuda/launch.h"
 
 namespace gearbox::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kMaxBlocks = 132 * 16;  // enough to fill an H200 (132 SMs) many times over
+constexpr int64_t kBlocksPerSm = 16;  // a grid-stride launch's most blocks: the SMs filled many times over
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-unsigned blocks_for(int64_t items) {
-  return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, kMaxBlocks));
+/// Blocks of a grid-stride launch over `items` (one a thread): enough for every item, at
+/// least 1 and at most kBlocksPerSm per SM.
+unsigned blocks_for(int64_t items, const Launch& launch) {
+  const int64_t most = std::max<int64_t>(kBlocksPerSm * launch.limits->sm_count, 1);
+  return static_cast<unsigned>(std::clamp<int64_t>((items + kThreads - 1) / kThreads, 1, most));
 }
 
 __device__ __forceinline__ int64_t global_thread() {
@@ -87,13 +89,13 @@ __global__ void __launch_bounds__(kThreads) binary_kernel(const float* a, const 
 }
 
 template <typename Op, typename W = float>
-cudaError_t launch_binary(const float* a, const float* b, W* out, int64_t n, cudaStream_t stream) {
+cudaError_t launch_binary(const float* a, const float* b, W* out, int64_t n, const Launch& launch) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (aligned16(a) && aligned16(b) && reinterpret_cast<uintptr_t>(out) % alignof(Pack4<W>) == 0) {
-    launch_kernel(binary_kernel<Op, true, W>, blocks_for(n / 4 + 1), kThreads, 0, stream, a, b, out, n, Op{});
+    launch_kernel(binary_kernel<Op, true, W>, blocks_for(n / 4 + 1, launch), kThreads, 0, launch, a, b, out, n, Op{});
   } else {
-    launch_kernel(binary_kernel<Op, false, W>, blocks_for(n), kThreads, 0, stream, a, b, out, n, Op{});
+    launch_kernel(binary_kernel<Op, false, W>, blocks_for(n, launch), kThreads, 0, launch, a, b, out, n, Op{});
   }
   return cudaGetLastError();
 }
@@ -145,15 +147,15 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename Op, typename W, typename Out>
 cudaError_t launch_gated_rows(const W* gate, const W* up, int64_t ld, Out* out, int64_t rows, int64_t n,
-                              cudaStream_t stream) {
+                              const Launch& launch) {
   if (rows < 0 || n < 0 || ld < n) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
   if (n % 8 == 0 && ld % 8 == 0 && aligned16(gate) && aligned16(up) && aligned16(out)) {
-    launch_kernel(gated_rows_kernel<Op, true, W, Out>, blocks_for(rows * n / 8), kThreads, 0, stream, gate, up, ld, out,
-                  rows, n, Op{});
+    launch_kernel(gated_rows_kernel<Op, true, W, Out>, blocks_for(rows * n / 8, launch), kThreads, 0, launch, gate, up,
+                  ld, out, rows, n, Op{});
   } else {
-    launch_kernel(gated_rows_kernel<Op, false, W, Out>, blocks_for(rows * n), kThreads, 0, stream, gate, up, ld, out,
-                  rows, n, Op{});
+    launch_kernel(gated_rows_kernel<Op, false, W, Out>, blocks_for(rows * n, launch), kThreads, 0, launch, gate, up, ld,
+                  out, rows, n, Op{});
   }
   return cudaGetLastError();
 }
@@ -241,79 +243,23 @@ __global__ void __launch_bounds__(kThreads) convert_kernel(const float* x, W* y,
   for (int64_t i = scalar_begin + global_thread(); i < n; i += grid_threads()) convert_one(x[i], &y[i]);
 }
 
-// ---- embedding -------------------------------------------------------------------------------------
-
-/// Row i of out: table[ids[i]] * scale, or NaN and the error flag for an id outside the
-/// vocabulary. kVec: 16 bytes of the table (4 or 8 elements) per step.
-/// grid: count blocks of 256 threads.
-template <typename W, bool kVec>
-__global__ void __launch_bounds__(kThreads)
-    embedding_kernel(const void* ids, bool ids_i64, const W* table, int64_t vocab, int64_t hidden, float scale,
-                     float* out, int* error_flag) {
-  allow_next_kernel();
-  wait_for_prior_kernels();
-  const int64_t i = blockIdx.x;
-  const int64_t id = index_at(ids, ids_i64, i);
-  float* o = out + i * hidden;
-  if (id < 0 || id >= vocab) {
-    if (threadIdx.x == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
-    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = CUDART_NAN_F;
-    return;
-  }
-  const W* row = table + id * hidden;
-  if constexpr (kVec) {
-    constexpr int kElems = 16 / static_cast<int>(sizeof(W));
-    for (int64_t c = threadIdx.x; c < hidden / kElems; c += kThreads) {
-      const uint4 raw = reinterpret_cast<const uint4*>(row)[c];
-      W w[kElems];
-      static_assert(sizeof(w) == sizeof(raw));
-      memcpy(w, &raw, sizeof(raw));
-#pragma unroll
-      for (int q = 0; q < kElems / 4; ++q) {
-        reinterpret_cast<float4*>(o + c * kElems)[q] =
-            make_float4(to_f32(w[4 * q]) * scale, to_f32(w[4 * q + 1]) * scale, to_f32(w[4 * q + 2]) * scale,
-                        to_f32(w[4 * q + 3]) * scale);
-      }
-    }
-  } else {
-    for (int64_t d = threadIdx.x; d < hidden; d += kThreads) o[d] = to_f32(row[d]) * scale;
-  }
-}
-
 }  // namespace
 
 // ---- exported entries ---------------------------------------------------------------------------------
 
-template <typename W>
-cudaError_t embedding(const void* ids, bool ids_i64, int64_t count, const W* table, int64_t vocab, int64_t hidden,
-                      float scale, float* out, int* error_flag, cudaStream_t stream) {
-  if (count < 0 || hidden < 0 || vocab < 0 || count > INT32_MAX) return cudaErrorInvalidValue;
-  if (count == 0 || hidden == 0) return cudaSuccess;
-  constexpr int64_t kElems = 16 / static_cast<int64_t>(sizeof(W));
-  const auto blocks = static_cast<unsigned>(count);
-  if (hidden % kElems == 0 && aligned16(table) && aligned16(out)) {
-    launch_kernel(embedding_kernel<W, true>, blocks, kThreads, 0, stream, ids, ids_i64, table, vocab, hidden, scale,
-                  out, error_flag);
-  } else {
-    launch_kernel(embedding_kernel<W, false>, blocks, kThreads, 0, stream, ids, ids_i64, table, vocab, hidden, scale,
-                  out, error_flag);
-  }
-  return cudaGetLastError();
+cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, const Launch& launch) {
+  return launch_binary<GeluTanhMul>(gate, up, out, n, launch);
 }
 
-cudaError_t gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
-  return launch_binary<GeluTanhMul>(gate, up, out, n, stream);
+cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, const Launch& launch) {
+  return launch_binary<SiluMul>(gate, up, out, n, launch);
 }
 
-cudaError_t silu_mul(const float* gate, const float* up, float* out, int64_t n, cudaStream_t stream) {
-  return launch_binary<SiluMul>(gate, up, out, n, stream);
+cudaError_t add(const float* a, const float* b, float* out, int64_t n, const Launch& launch) {
+  return launch_binary<Add>(a, b, out, n, launch);
 }
 
-cudaError_t add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
-  return launch_binary<Add>(a, b, out, n, stream);
-}
-
-cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, cudaStream_t stream) {
+cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split, const Launch& launch) {
   if (rows < 0 || split.count < 1 || split.count > kColumnSplitMaxTargets) return cudaErrorInvalidValue;
   int64_t total = 0;
   bool vec = aligned16(y);
@@ -325,35 +271,36 @@ cudaError_t split_columns(const float* y, int64_t rows, const ColumnSplit& split
   }
   if (rows == 0) return cudaSuccess;
   if (vec) {
-    launch_kernel(split_columns_kernel<true>, blocks_for(rows * total / 4), kThreads, 0, stream, y, rows, split);
+    launch_kernel(split_columns_kernel<true>, blocks_for(rows * total / 4, launch), kThreads, 0, launch, y, rows,
+                  split);
   } else {
-    launch_kernel(split_columns_kernel<false>, blocks_for(rows * total), kThreads, 0, stream, y, rows, split);
+    launch_kernel(split_columns_kernel<false>, blocks_for(rows * total, launch), kThreads, 0, launch, y, rows, split);
   }
   return cudaGetLastError();
 }
 
-cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, cudaStream_t stream) {
+cudaError_t add_bias_rows(float* y, const float* bias, int64_t rows, int64_t n, const Launch& launch) {
   if (rows < 0 || n < 0) return cudaErrorInvalidValue;
   if (rows == 0 || n == 0) return cudaSuccess;
-  launch_kernel(add_bias_rows_kernel, blocks_for(rows * n), kThreads, 0, stream, y, bias, rows, n);
+  launch_kernel(add_bias_rows_kernel, blocks_for(rows * n, launch), kThreads, 0, launch, y, bias, rows, n);
   return cudaGetLastError();
 }
 
-cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, cudaStream_t stream) {
+cudaError_t take_last(const float* x, float* y, int64_t batch, int64_t T, int64_t F, const Launch& launch) {
   if (batch < 0 || T < 1 || F < 0) return cudaErrorInvalidValue;
   if (batch == 0 || F == 0) return cudaSuccess;
-  launch_kernel(take_last_kernel, blocks_for(batch * F), kThreads, 0, stream, x, y, batch, T, F);
+  launch_kernel(take_last_kernel, blocks_for(batch * F, launch), kThreads, 0, launch, x, y, batch, T, F);
   return cudaGetLastError();
 }
 
 template <typename W>
-cudaError_t convert_f32_to(const float* x, W* y, int64_t n, cudaStream_t stream) {
+cudaError_t convert_f32_to(const float* x, W* y, int64_t n, const Launch& launch) {
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   if (aligned16(x) && reinterpret_cast<uintptr_t>(y) % alignof(Pack4<W>) == 0) {
-    launch_kernel(convert_kernel<W, true>, blocks_for(n / 4 + 1), kThreads, 0, stream, x, y, n);
+    launch_kernel(convert_kernel<W, true>, blocks_for(n / 4 + 1, launch), kThreads, 0, launch, x, y, n);
   } else {
-    launch_kernel(convert_kernel<W, false>, blocks_for(n), kThreads, 0, stream, x, y, n);
+    launch_kernel(convert_kernel<W, false>, blocks_for(n, launch), kThreads, 0, launch, x, y, n);
   }
   return cudaGetLastError();
 }
@@ -366,53 +313,45 @@ __global__ void spin_kernel(uint64_t nanoseconds) {
 }
 }  // namespace
 
-thread_local int t_plain_launches = 0;
-
-void launch_next_plainly() { t_plain_launches = 1; }
-
-void forget_plain_launch() { t_plain_launches = 0; }
-
-cudaError_t spin(int64_t microseconds, cudaStream_t stream) {
+cudaError_t spin(int64_t microseconds, const Launch& launch) {
   if (microseconds < 0) return cudaErrorInvalidValue;
-  // A plain launch: nothing before it is waited for early, nothing after it starts early.
-  spin_kernel<<<1, 1, 0, stream>>>(static_cast<uint64_t>(microseconds) * 1000u);
+  // A plain launch (<<<>>>): nothing before it is waited for early, nothing after it starts early.
+  spin_kernel<<<1, 1, 0, launch.stream>>>(static_cast<uint64_t>(microseconds) * 1000u);
   return cudaGetLastError();
 }
 
 template <typename W>
 cudaError_t gated_activation_to(const float* gate, const float* up, GatedActivation activation, W* out, int64_t n,
-                                cudaStream_t stream) {
+                                const Launch& launch) {
   switch (activation) {
-    case GatedActivation::kGeluTanh: return launch_binary<GeluTanhMul>(gate, up, out, n, stream);
-    case GatedActivation::kSilu: return launch_binary<SiluMul>(gate, up, out, n, stream);
+    case GatedActivation::kGeluTanh: return launch_binary<GeluTanhMul>(gate, up, out, n, launch);
+    case GatedActivation::kSilu: return launch_binary<SiluMul>(gate, up, out, n, launch);
   }
   return cudaErrorInvalidValue;
 }
 
 template <typename W, typename Out>
 cudaError_t gated_activation_rows(const W* gate, const W* up, int64_t ld, GatedActivation activation, Out* out,
-                                  int64_t rows, int64_t n, cudaStream_t stream) {
+                                  int64_t rows, int64_t n, const Launch& launch) {
   switch (activation) {
-    case GatedActivation::kGeluTanh: return launch_gated_rows<GeluTanhMul>(gate, up, ld, out, rows, n, stream);
-    case GatedActivation::kSilu: return launch_gated_rows<SiluMul>(gate, up, ld, out, rows, n, stream);
+    case GatedActivation::kGeluTanh: return launch_gated_rows<GeluTanhMul>(gate, up, ld, out, rows, n, launch);
+    case GatedActivation::kSilu: return launch_gated_rows<SiluMul>(gate, up, ld, out, rows, n, launch);
   }
   return cudaErrorInvalidValue;
 }
 
 #define GEARBOX_INSTANTIATE_GATED_ROWS(W)                                                                              \
   template cudaError_t gated_activation_rows<W, float>(const W*, const W*, int64_t, GatedActivation, float*, int64_t,  \
-                                                       int64_t, cudaStream_t);                                         \
+                                                       int64_t, const Launch&);                                        \
   template cudaError_t gated_activation_rows<W, W>(const W*, const W*, int64_t, GatedActivation, W*, int64_t, int64_t, \
-                                                   cudaStream_t);
+                                                   const Launch&);
 GEARBOX_INSTANTIATE_GATED_ROWS(__nv_bfloat16)
 GEARBOX_INSTANTIATE_GATED_ROWS(__half)
 #undef GEARBOX_INSTANTIATE_GATED_ROWS
 
-#define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                                                       \
-  template cudaError_t embedding<W>(const void*, bool, int64_t, const W*, int64_t, int64_t, float, float*, int*, \
-                                    cudaStream_t);                                                               \
-  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, cudaStream_t);                               \
-  template cudaError_t gated_activation_to<W>(const float*, const float*, GatedActivation, W*, int64_t, cudaStream_t);
+#define GEARBOX_INSTANTIATE_ELEMENTWISE(W)                                          \
+  template cudaError_t convert_f32_to<W>(const float*, W*, int64_t, const Launch&); \
+  template cudaError_t gated_activation_to<W>(const float*, const float*, GatedActivation, W*, int64_t, const Launch&);
 GEARBOX_INSTANTIATE_ELEMENTWISE(float)
 GEARBOX_INSTANTIATE_ELEMENTWISE(__nv_bfloat16)
 GEARBOX_INSTANTIATE_ELEMENTWISE(__half)

@@ -1,6 +1,6 @@
 // What a dependency between two kernels costs on its own: the time from the last block of a
 // producer grid finishing its work to the blocks of the grid after it going on, for the ways a
-// kernel can wait for the one before it (cuda_kernels_bench handoff). No data flows beyond
+// kernel can wait for the one before it (kernel_probes handoff). No data flows beyond
 // one checked word per block; the producer's blocks end at staggered times, as a GEMV's do.
 #pragma once
 

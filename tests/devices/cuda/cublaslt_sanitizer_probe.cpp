@@ -1,7 +1,6 @@
 // One cuBLASLt GEMM, as the CUDA device runs it, and one of our kernels reading its output:
 // a program small enough to run alone under compute-sanitizer, so that what the sanitizer
-// reports over the engine suite can be told apart between cuBLASLt's kernels and ours
-// (docs/PERFORMANCE.md, 2026-12-02 (eighth)).
+// reports over the engine suite can be told apart between cuBLASLt's kernels and ours.
 //
 //   cublaslt_sanitizer_probe gemm M N K OUT INDEX    # OUT = f32 | bf16, heuristic INDEX
 //   cublaslt_sanitizer_probe control written | unwritten
@@ -29,7 +28,7 @@
 #include <vector>
 
 #include "devices/cuda/gemm_cublaslt.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/elementwise.cuh"
 
 namespace {
 
@@ -65,6 +64,9 @@ struct DeviceBuffer {
 
 float round_bf16(float v) { return __bfloat162float(__float2bfloat16(v)); }
 
+/// Every launch on the legacy default stream, plainly, as the builder's timing launches.
+cuda::Launch plain() { return {nullptr, false, false, &cuda::device_limits(0)}; }
+
 uint32_t config_attribute(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attribute) {
   uint32_t value = 0;
   size_t written = 0;
@@ -81,7 +83,7 @@ int control(const std::string& which) {
   DeviceBuffer z(n * sizeof(float));
   if (y.p == nullptr || z.p == nullptr) return 1;
   if (which == "written" && !ok(cudaMemset(y.p, 0, n * sizeof(float)), "cudaMemset")) return 1;
-  if (!ok(cuda::add(y.as<float>(), y.as<float>(), z.as<float>(), n, nullptr), "cuda::add")) return 1;
+  if (!ok(cuda::add(y.as<float>(), y.as<float>(), z.as<float>(), n, plain()), "cuda::add")) return 1;
   if (!ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) return 1;
   std::printf("control %s: %lld floats read by cuda::add\n", which.c_str(), static_cast<long long>(n));
   return 0;
@@ -133,23 +135,23 @@ int probe(int64_t M, int64_t N, int64_t K, DataType out_type, int index) {
       !ok(cudaMemcpy(dw.p, w.data(), w.size() * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice), "copy w")) {
     return 1;
   }
-  if (!ok(cuda::CublasLtGemm::convert_input(dx.as<float>(), DataType::kBF16, M, K, scratch.p, nullptr),
+  if (!ok(cuda::CublasLtGemm::convert_input(dx.as<float>(), DataType::kBF16, M, K, scratch.p, plain()),
           "convert_input")) {
     return 1;
   }
   const cublasLtMatmulAlgo_t* algo = &algos[static_cast<size_t>(index)].algo;
   if (out_type == DataType::kF32) {
-    if (!ok((*gemm)->run_converted(algo, scratch.p, dw.p, DataType::kBF16, nullptr, y.as<float>(), M, N, K, nullptr),
+    if (!ok((*gemm)->run_converted(algo, scratch.p, dw.p, DataType::kBF16, nullptr, y.as<float>(), M, N, K, plain()),
             "run_converted") ||
-        !ok(cuda::add(y.as<float>(), y.as<float>(), z.as<float>(), M * N, nullptr), "cuda::add")) {
+        !ok(cuda::add(y.as<float>(), y.as<float>(), z.as<float>(), M * N, plain()), "cuda::add")) {
       return 1;
     }
   } else {
-    if (!ok((*gemm)->run_converted_rounded(algo, scratch.p, dw.p, DataType::kBF16, y.p, M, N, K, nullptr),
+    if (!ok((*gemm)->run_converted_rounded(algo, scratch.p, dw.p, DataType::kBF16, y.p, M, N, K, plain()),
             "run_converted_rounded") ||
         !ok(cuda::gated_activation_rows<__nv_bfloat16, float>(y.as<__nv_bfloat16>(), y.as<__nv_bfloat16>(), N,
                                                               cuda::GatedActivation::kGeluTanh, z.as<float>(), M, N,
-                                                              nullptr),
+                                                              plain()),
             "cuda::gated_activation_rows")) {
       return 1;
     }

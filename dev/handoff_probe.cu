@@ -1,6 +1,7 @@
-// The kernels of cuda_kernels_bench's handoff group (handoff_probe.h).
+// The kernels of kernel_probes' handoff group (handoff_probe.h).
 #include "handoff_probe.h"
 
+#include "device_sync.cuh"
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/launch.h"
 
@@ -15,14 +16,14 @@ __global__ void producer_kernel(HandoffBuffers b, uint32_t spin_ns, float stamp,
   }
   b.payload[blockIdx.x] = stamp;
   b.producer_end[blockIdx.x] = cuda::global_ns();
-  if (flag) cuda::release_add_one(b.arrivals);
+  if (flag) release_add_one(b.arrivals);
 }
 
 __global__ void consumer_kernel(HandoffBuffers b, HandoffWait wait, unsigned producers, float stamp) {
   if (wait == HandoffWait::kGridDepend) cuda::wait_for_prior_kernels();
   if (wait == HandoffWait::kFlag) {
     if (threadIdx.x == 0) {
-      while (cuda::load_acquire(b.arrivals) < producers) {
+      while (load_acquire(b.arrivals) < producers) {
       }
     }
     __syncthreads();

@@ -11,17 +11,14 @@
 //   into 16-byte chunks, thread j taking chunks j, j + TPR, ...; TPR grows with K so that
 //   each thread has at most U chunks per row per pass (the geometry's `unroll`; 2 by
 //   default). A thread issues all U * R of its W loads (ld.global.nc, not allocated in L1,
-//   so x stays there) before the first FMA.
-//   Measured on the H200 at M = 1 (bf16, K = 1152, N = 262144, W from DRAM): R = 4, U = 2
-//   reads W at 3.75 TB/s (161 us) where R = 1, U = 4 read at 3.05. At the decode layers'
-//   smaller matrices the best geometry depends on N and K (how many blocks, how many passes
-//   over K), so M = 1 launches take any of kGemvGeometries and the builder times them.
+//   so x stays there) before the first FMA. Which geometry streams W fastest depends on N and
+//   K (how many blocks, how many passes over K) and the GPU, so M = 1 launches take any of
+//   kGemvGeometries and the builder times them.
 // - A chunk costs its load, its conversion and its multiply-adds, and little else: a
 //   thread forms its rows' pointers once a unit and indexes within a row in 32 bits
 //   (K <= kGemvMaxK), with one compare a slot (its chunks past K are neither loaded nor
-//   read); rows of a group past N load the group's first row and are not stored. Before,
-//   each load recomputed its row in 64 bits: fewer instructions took 0.5-0.8 us off each
-//   layer GEMV and 23 us off the 1B's decode step (docs/PERFORMANCE.md, 2026-12-03 second).
+//   read); rows of a group past N load the group's first row and are not stored. (A row
+//   address recomputed in 64 bits at every load costs time in every layer GEMV.)
 // - A block of 256 threads holds 256 / TPR row groups; the partial sums of one group are
 //   reduced with warp shuffles, then across its warps through shared memory.
 // - gemv_multi: the blocks of up to 4 weights (fused QKV, gate+up) are numbered one after
@@ -31,23 +28,22 @@
 //   output and write act(gate) * up; the gate and up vectors are never stored.
 // - The first pass's W loads are issued before the kernel waits for its predecessor
 //   (programmatic dependent launch, launch.h): they overlap the previous kernel's end.
-// - The grid is at most the blocks the device holds at once (kernels 10): what would be
-//   block b of a larger grid (a "unit") runs on block b % gridDim.x, each block taking its
-//   units in turn and issuing the next one's first loads before it reduces and stores the
-//   current one, so that no unit starts from an empty pipeline. The 1B's decode gate/up
-//   had 3.3 waves of blocks before (docs/PERFORMANCE.md, 2026-12-01 seventh).
+// - The grid is at most the blocks the device holds at once (its occupancy times the SM count
+//   of the launch's DeviceLimits): what would be block b of a larger grid (a "unit") runs on
+//   block b % gridDim.x, each block taking its units in turn and issuing the next one's first
+//   loads before it reduces and stores the current one, so that no unit starts from an empty
+//   pipeline (a grid of several waves would drain between them).
 // - A norm input (GemvNormInput, M = 1): the launch computes its own x, the residual step of
 //   norm_add_norm, instead of reading it. Before its wait a block copies both norm weights
 //   into shared memory asynchronously (cp.async) behind its first W loads; after it, the
 //   block copies the sublayer output and the residual in (all loads in flight at once),
 //   forms sum and the normalized input there (two block reductions) and runs its units from
-//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h,
-//   shared with the whole-step decode kernel).
+//   there; block 0 writes sum. The arithmetic per element is norm_add_norm's (residual_norm.h).
 // - Progress (GemvProgress, M = 1 and one target): after every `every` units and its last,
 //   the block meets at a barrier and thread 0 moves the block's slot to its next unit's first
 //   output with a release store at system scope, so that the host can copy y out of mapped
 //   host memory as it lands (engine_handle.cpp). The release waits for the block's stores
-//   to reach the host: at every unit it cost the 1B's lm_head 60% (docs/PERFORMANCE.md).
+//   to reach the host, which is why it comes every `every` units and not after each.
 // K * sizeof(W) % 16 != 0 or an unaligned x / W takes the same kernel with 1-element chunks.
 
 #include <algorithm>
@@ -57,20 +53,18 @@
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
-#include "devices/cuda/kernels.h"
+#include "devices/cuda/kernels/gemv.cuh"
 #include "devices/cuda/launch.h"
 #include "devices/cuda/residual_norm.h"
-#include "devices/cuda/switches.h"
 
 namespace gearbox::cuda {
 namespace {
 
 constexpr int kGemvThreads = 256;
 /// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers) where a
-/// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (at 64 registers those
-/// spilled 60-132 bytes, and r4u2 ran the 1B's down_proj in 10.2 us against 8.9 at 3 blocks:
-/// docs/PERFORMANCE.md, 2026-12-03 second), 2 where it holds 16 (106-128 registers); larger M
-/// needs the registers for its M * R accumulators.
+/// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (64 registers would make
+/// those spill, which costs more than the fourth block gains), 2 where it holds 16 (106-128
+/// registers); larger M needs the registers for its M * R accumulators.
 __host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
   return M == 1 ? (loads <= 4 ? 4 : loads <= 8 ? 3 : 2) : (M <= 4 ? 2 : 1);
 }
@@ -466,94 +460,92 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 /// Largest y a launch with progress slots serves: its bytes fit a slot.
 constexpr int64_t kGemvProgressMaxRows = (int64_t{1} << 30) - 1;
 
-/// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) the device holds at once: its occupancy
-/// times the SM count of the device current at the first call (no cap if either query fails).
+/// Blocks of `kernel` (256 threads, shared_bytes of dynamic shared memory) one SM holds at once,
+/// by the occupancy of the device current at the call (0 if the query fails). Callers keep it
+/// per kernel: a launch asks once.
 template <typename Kernel>
-int64_t resident_blocks(Kernel kernel, size_t shared_bytes) {
-  const int sms = multiprocessor_count();
+int blocks_per_sm(Kernel kernel, size_t shared_bytes) {
   int per_sm = 0;
-  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess ||
-      sms * per_sm < 1) {
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kGemvThreads, shared_bytes) != cudaSuccess) {
     (void)cudaGetLastError();
-    return INT64_MAX;
+    return 0;
   }
-  return int64_t{sms} * per_sm;
+  return per_sm;
 }
 
-/// Whether a launch with more units than resident blocks runs them on the resident blocks
-/// (GEARBOX_CUDA_GEMV_PERSISTENT, on unless "0") rather than one block per unit.
-bool persistent_grid() {
-  static const bool on = switch_on("GEARBOX_CUDA_GEMV_PERSISTENT");
-  return on;
+/// Blocks the device of `limits` holds at once at `per_sm` a SM (no cap if either is unknown).
+int64_t resident_blocks(int per_sm, const DeviceLimits& limits) {
+  const int64_t resident = int64_t{limits.sm_count} * per_sm;
+  return resident < 1 ? INT64_MAX : resident;
 }
 
-/// Blocks of the kNorm kernel (M = 1) the device holds at once, at the largest shared memory a
-/// norm launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
+/// Blocks of the kNorm kernel (M = 1) one SM holds at once, at the largest shared memory a norm
+/// launch takes, which the kernel is allowed at the first call (beyond 48 KiB it must be).
 template <typename W, bool kGated, int R, int U>
-int64_t norm_resident_blocks() {
-  static const int64_t resident = [] {
+int norm_blocks_per_sm() {
+  static const int per_sm = [] {
     const auto kernel = gemv_kernel<W, 1, true, kGated, R, U, true>;
     const auto most = static_cast<int>(norm_shared_bytes<W>(kGemvNormMaxK));
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most) != cudaSuccess) {
       (void)cudaGetLastError();  // the launch then fails where it needs more than the default
     }
-    return resident_blocks(kernel, static_cast<size_t>(most));
+    return blocks_per_sm(kernel, static_cast<size_t>(most));
   }();
-  return resident;
+  return per_sm;
 }
 
 /// A kNorm launch takes the vector kernel only (the entries check that it applies).
 template <typename W, int M, bool kGated, int R, int U, bool kNorm>
-void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, cudaStream_t stream) {
+void launch_gemv(const GemvParams<W>& p, bool vec, int64_t max_blocks, const Launch& launch) {
   int64_t blocks = p.total_blocks;
   size_t shared = 0;
   if constexpr (kNorm) {
-    if (persistent_grid()) blocks = std::min(blocks, norm_resident_blocks<W, kGated, R, U>());
+    blocks = std::min(blocks, resident_blocks(norm_blocks_per_sm<W, kGated, R, U>(), *launch.limits));
     shared = norm_shared_bytes<W>(p.K);
   } else {
-    static const int64_t resident[2] = {resident_blocks(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
-                                        resident_blocks(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
-    if (persistent_grid()) blocks = std::min(blocks, resident[vec ? 1 : 0]);
+    static const int per_sm[2] = {blocks_per_sm(gemv_kernel<W, M, false, kGated, R, U, false>, 0),
+                                  blocks_per_sm(gemv_kernel<W, M, true, kGated, R, U, false>, 0)};
+    blocks = std::min(blocks, resident_blocks(per_sm[vec ? 1 : 0], *launch.limits));
   }
   if (max_blocks > 0) blocks = std::min(blocks, max_blocks);
   if (p.progress.slots != nullptr) blocks = std::min<int64_t>(blocks, p.progress.count);
   if constexpr (kNorm) {
     launch_kernel(gemv_kernel<W, M, true, kGated, R, U, true>, static_cast<unsigned>(blocks), kGemvThreads, shared,
-                  stream, p);
+                  launch, p);
   } else {
     const auto kernel =
         vec ? gemv_kernel<W, M, true, kGated, R, U, false> : gemv_kernel<W, M, false, kGated, R, U, false>;
-    launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, shared, stream, p);
+    launch_kernel(kernel, static_cast<unsigned>(blocks), kGemvThreads, shared, launch, p);
   }
 }
 
 /// The M = 1 launch of geometry g: kGemvGeometries[I], or a later entry.
 template <typename W, bool kGated, bool kNorm, size_t I = 0>
-void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream) {
+void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t max_blocks, const Launch& launch) {
   if constexpr (I < std::size(kGemvGeometries)) {
     constexpr GemvGeometry kG = kGemvGeometries[I];
-    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll, kNorm>(p, vec, max_blocks, stream);
-    launch_one_row<W, kGated, kNorm, I + 1>(p, g, vec, max_blocks, stream);
+    if (g == kG) return launch_gemv<W, 1, kGated, kG.rows, kG.unroll, kNorm>(p, vec, max_blocks, launch);
+    launch_one_row<W, kGated, kNorm, I + 1>(p, g, vec, max_blocks, launch);
   }
 }
 
 /// M = 1 takes any geometry of kGemvGeometries; larger M the default only (checked by the
 /// entries). norm: a kNorm launch (M = 1, vec; checked by the entries).
 template <typename W, bool kGated>
-void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, cudaStream_t stream,
+void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, const Launch& launch,
                  bool norm) {
   constexpr int R = kGemvDefaultGeometry.rows;
   constexpr int U = kGemvDefaultGeometry.unroll;
-  if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, stream);
-  if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, stream);
+  if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, launch);
+  if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, launch);
   switch (M) {
-    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, stream); break;
-    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, stream); break;
+    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, launch); break;
   }
 }
 
@@ -590,7 +582,7 @@ bool norm_input_ok(const GemvNormInput<W>* n, int64_t M, int64_t K, bool vec) {
 
 template <typename W>
 cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, int64_t M, int64_t K,
-                       cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks,
+                       const Launch& launch, GemvGeometry geometry, int64_t max_blocks,
                        const GemvNormInput<W>* norm_input, GemvProgress progress) {
   if (targets == nullptr || count < 1 || count > kGemvMaxTargets || M < 0 || M > kGemvMaxRows || K < 0 ||
       K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0) {
@@ -630,7 +622,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
   for (int i = count; i < kGemvMaxTargets; ++i) p.block_end[i] = p.total_blocks;
   // Nothing would write sum. (An empty y with progress: the zeroed slots are its end already.)
   if (p.total_blocks == 0) return norm_input != nullptr ? cudaErrorInvalidValue : cudaSuccess;
-  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
+  launch_gemv<W, false>(p, M, geometry, vec, max_blocks, launch, norm_input != nullptr);
   return cudaGetLastError();
 }
 
@@ -644,21 +636,16 @@ int64_t gemv_blocks(const int64_t* n, int count, int64_t K, int64_t weight_bytes
   return blocks;
 }
 
-int multiprocessor_count() {
-  static const int sms = current_device_attribute(cudaDevAttrMultiProcessorCount);
-  return sms;
-}
-
 template <typename W>
 cudaError_t gemv(const float* x, const W* w, const float* bias, float* y, int64_t M, int64_t N, int64_t K,
-                 cudaStream_t stream, GemvGeometry geometry, int64_t max_blocks) {
+                 const Launch& launch, GemvGeometry geometry, int64_t max_blocks) {
   const GemvTarget<W> target{w, bias, y, N};
-  return gemv_multi<W>(x, &target, 1, M, K, stream, geometry, max_blocks);
+  return gemv_multi<W>(x, &target, 1, M, K, launch, geometry, max_blocks);
 }
 
 template <typename W>
 cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const float* bias_gate, const float* bias_up,
-                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, cudaStream_t stream,
+                       GatedActivation activation, float* y, int64_t M, int64_t N, int64_t K, const Launch& launch,
                        GemvGeometry geometry, int64_t max_blocks, const GemvNormInput<W>* norm_input) {
   if (M < 0 || M > kGemvMaxRows || N < 0 || K < 0 || K > kGemvMaxK || !geometry_served(geometry, M) || max_blocks < 0 ||
       (N > 0 && (w_gate == nullptr || w_up == nullptr || y == nullptr)) ||
@@ -686,17 +673,17 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
   const int64_t outputs_per_block = static_cast<int64_t>(kGemvThreads / p.threads_per_row) * (geometry.rows / 2);
   p.total_blocks = (N + outputs_per_block - 1) / outputs_per_block;
   for (int64_t& end : p.block_end) end = p.total_blocks;
-  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, stream, norm_input != nullptr);
+  launch_gemv<W, true>(p, M, geometry, vec, max_blocks, launch, norm_input != nullptr);
   return cudaGetLastError();
 }
 
-#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                   \
-  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, cudaStream_t, \
-                               GemvGeometry, int64_t);                                                                \
-  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, cudaStream_t,         \
-                                     GemvGeometry, int64_t, const GemvNormInput<W>*, GemvProgress);                   \
-  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,   \
-                                     float*, int64_t, int64_t, int64_t, cudaStream_t, GemvGeometry, int64_t,          \
+#define GEARBOX_INSTANTIATE_GEMV(W)                                                                                    \
+  template cudaError_t gemv<W>(const float*, const W*, const float*, float*, int64_t, int64_t, int64_t, const Launch&, \
+                               GemvGeometry, int64_t);                                                                 \
+  template cudaError_t gemv_multi<W>(const float*, const GemvTarget<W>*, int, int64_t, int64_t, const Launch&,         \
+                                     GemvGeometry, int64_t, const GemvNormInput<W>*, GemvProgress);                    \
+  template cudaError_t gemv_gated<W>(const float*, const W*, const W*, const float*, const float*, GatedActivation,    \
+                                     float*, int64_t, int64_t, int64_t, const Launch&, GemvGeometry, int64_t,          \
                                      const GemvNormInput<W>*);
 GEARBOX_INSTANTIATE_GEMV(float)
 GEARBOX_INSTANTIATE_GEMV(__nv_bfloat16)
