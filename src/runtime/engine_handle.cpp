@@ -184,12 +184,47 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   std::lock_guard<std::mutex> lock(mutex_);
   // 1. Nothing may reconfigure the context while its earlier work runs.
   GEARBOX_RETURN_IF_ERROR(wait_inflight());
-  // 2. The stream.
-  StreamImpl& stream = caller_stream != nullptr ? *caller_stream : *own_stream_;
-  if (stream.kind() != engine_->device().kind()) {
-    return invalid_argument(std::string("the stream is on the ") + device_kind_name(stream.kind()) +
+  // 2. The stream (and the outputs' count and types).
+  Result<StreamImpl*> picked = pick_stream(caller_stream);
+  if (!picked.ok()) return picked.status();
+  StreamImpl& stream = **picked;
+  GEARBOX_RETURN_IF_ERROR(check_outputs(outputs));
+  // 3. Every input's dims, before anything is switched.
+  std::vector<Dims> dims;
+  GEARBOX_RETURN_IF_ERROR(check_inputs(inputs, dims));
+  // 4. Select.
+  Result<int32_t> profile = choose_profile(dims, default_request);
+  if (!profile.ok()) return profile.status();
+  // 5. Validate against the chosen profile and the model.
+  GEARBOX_RETURN_IF_ERROR(validate(inputs, dims, *profile));
+  // 6. Switch only on a change; from here on work may be in flight.
+  GEARBOX_RETURN_IF_ERROR(switch_profile(*profile, stream));
+  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kAfterSwitch));
+  // 7. Shapes, outputs, bindings.
+  PackedInputs packed;
+  GEARBOX_RETURN_IF_ERROR(bind_inputs(inputs, dims, packed));
+  Result<bool> any_host = bind_outputs(outputs, *profile);
+  if (!any_host.ok()) return any_host.status();
+  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
+  // 8. Host inputs in, then the network.
+  GEARBOX_RETURN_IF_ERROR(enqueue(inputs, dims, packed, stream));
+  if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
+  // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
+  GEARBOX_RETURN_IF_ERROR(*any_host ? deliver_host_outputs(stream) : mark_inflight(stream));
+  if (ran_profile != nullptr) *ran_profile = *profile;
+  return {};
+}
+
+Result<StreamImpl*> EngineHandle::pick_stream(StreamImpl* caller_stream) const {
+  StreamImpl* stream = caller_stream != nullptr ? caller_stream : own_stream_.get();
+  if (stream->kind() != engine_->device().kind()) {
+    return invalid_argument(std::string("the stream is on the ") + device_kind_name(stream->kind()) +
                             " device but the engine runs on " + device_kind_name(engine_->device().kind()));
   }
+  return stream;
+}
+
+Status EngineHandle::check_outputs(std::span<const OutputArg> outputs) const {
   if (outputs.size() != engine_->outputs().size()) {
     return invalid_argument("the engine has " + std::to_string(engine_->outputs().size()) + " outputs, got " +
                             std::to_string(outputs.size()));
@@ -204,10 +239,10 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
       return invalid_argument("output '" + engine_->outputs()[o].name + "' has no prepare function");
     }
   }
-  // 3. Every input's dims, before anything is switched.
-  std::vector<Dims> dims;
-  GEARBOX_RETURN_IF_ERROR(check_inputs(inputs, dims));
-  // 4. Select.
+  return {};
+}
+
+Result<int32_t> EngineHandle::choose_profile(std::span<const Dims> dims, const ProfileRequest* default_request) {
   ProfileRequest request = OptimizationProfileGuard::current();
   if (request.kind() == ProfileRequest::Kind::kUnset) {
     request = default_request != nullptr ? *default_request : default_request_;
@@ -234,33 +269,40 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
       return out_of_range("no optimization profile accepts inputs " + dims_list(engine_->inputs(), dims) + have);
     }
   }
-  // 5. Validate against the chosen profile and the model.
-  GEARBOX_RETURN_IF_ERROR(validate(inputs, dims, sel.profile));
-  // 6. Switch only on a change; from here on work may be in flight.
-  if (sel.profile != context_->profile()) {
-    GEARBOX_RETURN_IF_ERROR(context_->set_optimization_profile_async(sel.profile, stream));
-    table_.active = sel.profile;
-    GEARBOX_RETURN_IF_ERROR(mark_inflight(stream));
-    GEARBOX_LOG(kDebug, "switched to profile %s", engine_->describe_profile(sel.profile).c_str());
-  }
-  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kAfterSwitch));
-  // 7. Shapes, outputs, bindings. Host inputs are packed into the input staging in input
-  // order, each at the next 64-byte boundary, so that one copy carries them all (step 8);
-  // the same shapes give the same addresses, so a captured graph stays valid.
-  const size_t n_in = inputs.size();
-  std::vector<int64_t> input_offset(n_in, 0);
-  int64_t packed = 0;  // bytes of the input staging in use
-  for (size_t i = 0; i < n_in; ++i) {
+  return sel.profile;
+}
+
+Status EngineHandle::switch_profile(int32_t profile, StreamImpl& stream) {
+  if (profile == context_->profile()) return {};
+  GEARBOX_RETURN_IF_ERROR(context_->set_optimization_profile_async(profile, stream));
+  table_.active = profile;
+  GEARBOX_RETURN_IF_ERROR(mark_inflight(stream));
+  GEARBOX_LOG(kDebug, "switched to profile %s", engine_->describe_profile(profile).c_str());
+  return {};
+}
+
+Status EngineHandle::bind_inputs(std::span<const TensorView> inputs, std::span<const Dims> dims, PackedInputs& packed) {
+  // Host inputs are packed into the input staging in input order, each at the next 64-byte
+  // boundary, so that one copy carries them all (step 8); the same shapes give the same
+  // addresses, so a captured graph stays valid.
+  packed.offset.assign(inputs.size(), 0);
+  packed.bytes = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     GEARBOX_RETURN_IF_ERROR(context_->set_input_shape(i, dims[i]));
     void* address = inputs[i].data;
     if (inputs[i].memory == MemoryKind::kHost) {
-      input_offset[i] = packed;
-      address = static_cast<char*>(input_staging_.get()) + packed;
-      packed += packed_bytes(ir::tensor_bytes(dims[i], inputs[i].dtype));
+      packed.offset[i] = packed.bytes;
+      address = static_cast<char*>(input_staging_.get()) + packed.bytes;
+      packed.bytes += packed_bytes(ir::tensor_bytes(dims[i], inputs[i].dtype));
     }
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(i, address));
   }
+  return {};
+}
+
+Result<bool> EngineHandle::bind_outputs(std::span<const OutputArg> outputs, int32_t profile) {
   // Each output goes where the device binds it for the caller's memory (HostOutputs).
+  const size_t n_in = engine_->inputs().size();
   bool any_host = false;
   for (size_t o = 0; o < outputs.size(); ++o) {
     Result<Dims> shape = context_->output_shape(o);
@@ -269,51 +311,50 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
     if (!target.ok()) return target.status().with_context("output '" + engine_->outputs()[o].name + "'");
     any_host = any_host || outputs[o].memory == MemoryKind::kHost;
     void* const address =
-        host_outputs_->bind(o, sel.profile, outputs[o].memory, *target, ir::tensor_bytes(*shape, outputs[o].dtype));
+        host_outputs_->bind(o, profile, outputs[o].memory, *target, ir::tensor_bytes(*shape, outputs[o].dtype));
     GEARBOX_RETURN_IF_ERROR(context_->set_tensor_address(n_in + o, address));
   }
-  if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
-  // 8. Host inputs in, then the network. From the first copy on, work reads the staging
-  // buffers: a failure drains the stream before it returns, so that the next call may
-  // overwrite them.
+  return any_host;
+}
+
+Status EngineHandle::enqueue(std::span<const TensorView> inputs, std::span<const Dims> dims, const PackedInputs& packed,
+                             StreamImpl& stream) {
+  // From the first copy on, work reads the staging buffers: a failure drains the stream
+  // before it returns, so that the next call may overwrite them.
   const auto drain = [&](const Status& s) {
     (void)stream.synchronize();
     inflight_pending_ = false;
     return s;
   };
   // Through page-locked memory, packed as in the input staging: one copy for all of them.
-  char* const pinned = packed > 0 ? static_cast<char*>(input_pinned()) : nullptr;
-  for (size_t i = 0; i < n_in; ++i) {
+  char* const pinned = packed.bytes > 0 ? static_cast<char*>(input_pinned()) : nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].memory != MemoryKind::kHost) continue;
     const int64_t bytes = ir::tensor_bytes(dims[i], inputs[i].dtype);
     if (pinned != nullptr) {
-      std::memcpy(pinned + input_offset[i], inputs[i].data, static_cast<size_t>(bytes));
+      std::memcpy(pinned + packed.offset[i], inputs[i].data, static_cast<size_t>(bytes));
       continue;
     }
-    void* const dst = static_cast<char*>(input_staging_.get()) + input_offset[i];
+    void* const dst = static_cast<char*>(input_staging_.get()) + packed.offset[i];
     if (Status copied = engine_->device().copy_from_host(dst, inputs[i].data, bytes, stream); !copied.ok()) {
       return drain(copied);
     }
   }
   if (pinned != nullptr) {
-    if (Status copied = engine_->device().enqueue_copy(input_staging_.get(), pinned, packed, stream); !copied.ok()) {
+    if (Status copied = engine_->device().enqueue_copy(input_staging_.get(), pinned, packed.bytes, stream);
+        !copied.ok()) {
       return drain(copied);
     }
   }
   if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
-  if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
-  // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
-  if (!any_host) {
-    GEARBOX_RETURN_IF_ERROR(mark_inflight(stream));
-    if (ran_profile != nullptr) *ran_profile = sel.profile;
-    return {};
-  }
-  const Status delivered = host_outputs_->deliver(stream);  // drains the stream
+  return {};
+}
+
+Status EngineHandle::deliver_host_outputs(StreamImpl& stream) {
+  const Status delivered = host_outputs_->deliver(stream);  // returns with the stream drained
   inflight_pending_ = false;
   GEARBOX_RETURN_IF_ERROR(delivered);
-  GEARBOX_RETURN_IF_ERROR(input_fault());
-  if (ran_profile != nullptr) *ran_profile = sel.profile;
-  return {};
+  return input_fault();
 }
 
 }  // namespace gearbox::internal

@@ -61,19 +61,52 @@ class EngineHandle {
 
  private:
   EngineHandle() = default;
+
+  /// Where this call's host inputs sit in the input staging (bind_inputs), for their copy.
+  struct PackedInputs {
+    std::vector<int64_t> offset;  // per input (host inputs only)
+    int64_t bytes = 0;            // of the input staging in use
+  };
+
+  // The steps of execute, in order.
+  /// 1: waits for this handle's in-flight work; its error, or a bad device-resident input.
   Status wait_inflight();
+  /// 2: the caller's stream, else the handle's own; it must be on the engine's device.
+  Result<StreamImpl*> pick_stream(StreamImpl* caller_stream) const;
+  /// 2: the outputs' count and types, and that each has a prepare function.
+  Status check_outputs(std::span<const OutputArg> outputs) const;
+  /// 3: every input's count, type, data and rank, and its dims into `dims`.
+  Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
+  /// 4: the profile for `dims` (the guard's request, else `default_request`, else the
+  /// handle's default); an error naming the profiles there are when none fits.
+  Result<int32_t> choose_profile(std::span<const Dims> dims, const ProfileRequest* default_request);
+  /// 5: the inputs against the profile's bounds, and host token ids / positions against the model.
+  Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+  /// 6: switches the context to `profile` when it is on another, and marks in-flight.
+  Status switch_profile(int32_t profile, StreamImpl& stream);
+  /// 7: sets the input shapes and binds the inputs, host ones packed into the input staging.
+  Status bind_inputs(std::span<const TensorView> inputs, std::span<const Dims> dims, PackedInputs& packed);
+  /// 7: prepares the outputs at their inferred shapes and binds them where host_outputs_ says;
+  /// whether any of them is in host memory.
+  Result<bool> bind_outputs(std::span<const OutputArg> outputs, int32_t profile);
+  /// 8: copies the host inputs in and enqueues the network; a failure drains the stream.
+  Status enqueue(std::span<const TensorView> inputs, std::span<const Dims> dims, const PackedInputs& packed,
+                 StreamImpl& stream);
+  /// 9, with host outputs: delivers them (drained), then reports a bad device-resident input.
+  Status deliver_host_outputs(StreamImpl& stream);
+  /// 6 and 9 without host outputs: records the in-flight event; a failed record drains the
+  /// stream and is returned.
   Status mark_inflight(StreamImpl& stream);
   /// After waiting for this handle's work: a bad device-resident input its kernels met,
   /// naming the ranges the inputs must hold (ExecutionContext::take_input_fault).
   Status input_fault();
-  Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
-  Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+
   /// Page-locked host memory of `bytes` into `into`, or false: where the device has none to
   /// give (the CPU; pinned_unavailable_ from then on), or cannot give it now (a warning that
   /// names `what` the memory was for).
   bool take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what);
   /// Page-locked host memory laid out as input_staging_ (allocated at its first use), or
-  /// null as for pinned_staging: each host input is then copied on its own.
+  /// null where take_pinned gives none: each host input is then copied on its own.
   void* input_pinned();
 
   mutable std::mutex mutex_;
