@@ -63,8 +63,8 @@ Status ExecutionContext::set_input_shape(size_t input, const Dims& dims) {
   if (input >= net.inputs.size()) return not_found("input " + std::to_string(input) + " does not exist");
   GEARBOX_RETURN_IF_ERROR(ir::check_input_dims(net, input, dims));
   GEARBOX_RETURN_IF_ERROR(engine_->check_bounds(profile_, input, dims));
-  // Shape inference walks every node (tens of microseconds for a 1B network): a decode
-  // step, whose shapes repeat, keeps the previous result.
+  // Shape inference walks every node: a decode step, whose shapes repeat, keeps the
+  // previous result.
   if (!(input_dims_[input] == dims)) dims_valid_ = false;
   input_dims_[input] = dims;
   input_set_[input] = true;
