@@ -41,7 +41,7 @@
 #include "devices/cuda/kernels/prefill_attention.cuh"
 #include "devices/cuda/kernels/prefill_attention_mma.cuh"
 #include "devices/cuda/kernels/residual_norm.cuh"
-#include "runtime/host_progress.h"
+#include "devices/cuda/host_progress.h"
 
 namespace {
 
@@ -273,7 +273,7 @@ double host_median_us(int runs, const std::function<void(int)>& call) {
 
 /// The 1B's logits (lm_head 262144 x 1152, one row) brought to page-locked host memory: into
 /// device memory and copied after (how a host output goes when a cuBLASLt GEMM writes it), or
-/// stored there by the GEMV itself (DeviceBackend::writes_output_to_host), per geometry; then
+/// stored there by the GEMV itself (cuda::writes_output_to_host), per geometry; then
 /// to pageable memory (a session's Tensor), by the host's clock: copied after the launch, or
 /// on as the GEMV's progress slots say it lands (GemvProgress, host_progress.h).
 void bench_host_out(const cuda::Launch& on) {

@@ -1,28 +1,18 @@
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 
 #include "core/log.h"
+#include "core/settings.h"
 
 namespace gearbox {
 namespace {
 
-LogLevel level_from_env() noexcept {
-  const char* env = std::getenv("GEARBOX_LOG_LEVEL");
-  if (env == nullptr) return LogLevel::kInfo;
-  if (std::strcmp(env, "debug") == 0) return LogLevel::kDebug;
-  if (std::strcmp(env, "warning") == 0) return LogLevel::kWarning;
-  if (std::strcmp(env, "error") == 0) return LogLevel::kError;
-  if (std::strcmp(env, "off") == 0) return LogLevel::kOff;
-  return LogLevel::kInfo;
-}
-
 std::atomic<int>& level_storage() noexcept {
-  static std::atomic<int> level{static_cast<int>(level_from_env())};
+  // GEARBOX_LOG_LEVEL sets the initial level; set_log_level changes it.
+  static std::atomic<int> level{static_cast<int>(internal::settings().log_level)};
   return level;
 }
 

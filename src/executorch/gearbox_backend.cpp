@@ -11,7 +11,6 @@
 // All three may run concurrently from any number of threads.
 #include <charconv>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -28,6 +27,7 @@
 #include <executorch/runtime/core/exec_aten/util/tensor_util.h>
 #include <executorch/runtime/platform/log.h>
 
+#include "core/settings.h"
 #include "gearbox/device.h"
 #include "gearbox/engine.h"
 #include "gearbox/executorch/backend.h"
@@ -80,7 +80,7 @@ Result<Specs> parse_specs(et::ArrayRef<et::CompileSpec> specs) {
                               kSpecDefaultProfile + ", " + kSpecDevice + ", " + kSpecContext + ")");
     }
   }
-  if (const char* env = std::getenv("GEARBOX_DEVICE"); env != nullptr && *env != '\0') out.device = env;
+  if (const std::string& device = internal::settings().device; !device.empty()) out.device = device;
   return out;
 }
 
@@ -109,11 +109,11 @@ class Registry {
     options.device = device;
     // A blob without tactics for this device tunes at init; GEARBOX_TACTIC_CACHE_DIR keeps
     // what it chose for the next process (one file per engine and device).
-    if (const char* dir = std::getenv("GEARBOX_TACTIC_CACHE_DIR"); dir != nullptr && *dir != '\0') {
+    if (const std::string& dir = internal::settings().tactic_cache_dir; !dir.empty()) {
       char name[64];
       std::snprintf(name, sizeof(name), "/%016llx-%016llx.", static_cast<unsigned long long>(std::get<0>(key)),
                     static_cast<unsigned long long>(std::get<1>(key)));
-      options.tactic_cache = std::string(dir) + name + device_kind_name(device) + ".tactics";
+      options.tactic_cache = dir + name + device_kind_name(device) + ".tactics";
     }
     Result<Engine> loaded = Engine::load_buffer(bytes, options);
     if (!loaded.ok()) return loaded.status();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gearbox/device.h"
+#include "gearbox/engine.h"
 #include "gearbox/status.h"
 #include "ir/network.h"
 #include "runtime/stream_impl.h"
@@ -42,6 +43,43 @@ class DeviceContextState {
   virtual ~DeviceContextState() = default;
 };
 
+/// How a call's outputs reach the caller's memory (the execute path, steps 7 and 9). The
+/// runtime says where each output goes; the device decides how it gets there. Per call:
+///
+///   for every output o: bind the network's output o to bind(o, profile, memory, dst, bytes)
+///   enqueue the network on `stream`
+///   if any output is in host memory: deliver(stream)
+///
+/// The default (DeviceBackend::create_host_outputs) has the network write a host output into
+/// device staging and copies it to the caller's memory after the network; a device may have
+/// its kernels store it into host memory instead and copy it on as it lands (CUDA). One per
+/// execution context; calls are serialized by its owner.
+class HostOutputs {
+ public:
+  virtual ~HostOutputs() = default;
+  /// Where the network writes output `output` of this call, which the caller takes at `dst`
+  /// (`bytes` at this call's shape) in `memory`: `dst` itself for device memory; for host
+  /// memory, memory of the device's choosing that deliver brings to `dst`. Called for every
+  /// output of a call, before deliver and before the network is enqueued, with no earlier work
+  /// of the context still running.
+  virtual void* bind(size_t output, int32_t profile, MemoryKind memory, void* dst, int64_t bytes) = 0;
+  /// Once the network is enqueued on `stream`, when an output of the call is in host memory:
+  /// brings each host output bound for this call to the caller's memory. Returns with the
+  /// stream drained, whatever the outcome (nothing of the call is then in flight). Errors: a
+  /// copy that could not be enqueued, or the stream's error (the caller's memory may then be
+  /// partly written, as a failed call may leave it).
+  virtual Status deliver(StreamImpl& stream) = 0;
+};
+
+/// What a device learns about an execution context when it creates its HostOutputs. Every
+/// pointer and span must outlive the HostOutputs.
+struct HostOutputsSpec {
+  const ir::Network* net = nullptr;
+  std::vector<std::span<const uint32_t>> tactics;  ///< per profile: a tactic per node
+  std::vector<int64_t> max_bytes;                  ///< per network output: its bytes at the largest shapes
+  DeviceContextState* context = nullptr;           ///< the context's (create_context_state), may be null
+};
+
 /// One node's tensors at one call.
 struct NodeArgs {
   std::span<void* const> tensors;  ///< every network tensor's address (index = tensor id)
@@ -49,9 +87,6 @@ struct NodeArgs {
   void* scratch = nullptr;         ///< at least scratch_bytes() of the node's tactic
   std::span<void* const> states;   ///< per state slot: K cache, V cache (2 per slot)
   DeviceContextState* context = nullptr;
-  /// Per network tensor: the progress slots (DeviceBackend::host_output_progress_slots) of an
-  /// output the kernels store into mapped host memory, null for any other; empty: none.
-  std::span<uint32_t* const> progress = {};
 };
 
 /// Everything one enqueue of a network needs, by value (the work runs later).
@@ -62,7 +97,6 @@ struct NetworkLaunch {
   void* scratch = nullptr;
   std::vector<void*> states;
   DeviceContextState* context = nullptr;
-  std::vector<uint32_t*> progress;  ///< per tensor, as NodeArgs::progress (empty: none)
   int32_t profile = 0;
   /// Every input's shape is fixed by the profile (min == max): the device may capture the
   /// launch once and replay it (a CUDA graph) while the addresses stay the same.
@@ -116,46 +150,20 @@ class DeviceBackend {
   /// Allocates device memory (64-byte aligned). Errors: kResourceExhausted.
   virtual Result<DeviceBuffer> allocate(int64_t bytes) const = 0;
   /// Allocates page-locked host memory that copies to and from this device move by DMA
-  /// without a bounce through a driver buffer (a session stages callers' host inputs and
-  /// outputs in it); mapped (host_memory_kind) on a device whose kernels store outputs into
-  /// host memory (writes_output_to_host). A null buffer means the device gains nothing from it (the CPU device,
-  /// whose memory is the host's); the caller then copies directly.
+  /// without a bounce through a driver buffer (a session stages callers' host inputs in it;
+  /// Engine::allocate_host). A null buffer means the device gains nothing from it (the CPU
+  /// device, whose memory is the host's); the caller then copies directly.
   virtual Result<DeviceBuffer> allocate_pinned(int64_t bytes) const {
     (void)bytes;
     return DeviceBuffer(nullptr, [](void*) {});
   }
-  /// What host memory [p, p + bytes) is to this device, each kind including the one before:
-  /// page-locked (allocate_pinned, or registered by its owner), so that a copy into it is a
-  /// DMA with no staging; mapped, so that the device's kernels can also store into it at
-  /// those same addresses. The default (a device whose memory is the host's): pageable.
-  enum class HostMemoryKind { kPageable, kPageLocked, kMapped };
-  virtual HostMemoryKind host_memory_kind(const void* p, int64_t bytes) const {
-    (void)p, (void)bytes;
-    return HostMemoryKind::kPageable;
-  }
-  /// Whether the kernels that `tactics` choose for `net` may write network output `output`
-  /// (an index into net.outputs) straight into mapped host memory (host_memory_kind), so
-  /// that the output crosses to the host on the kernel's own stores, overlapped with its
-  /// work, instead of by a copy after the network: the one kernel that writes it stores each
-  /// element once and none reads it. The default: false.
-  virtual bool writes_output_to_host(const ir::Network& net, std::span<const uint32_t> tactics, size_t output) const {
-    (void)net, (void)tactics, (void)output;
-    return false;
-  }
-  /// How many progress slots the kernels that store an output into mapped host memory
-  /// (writes_output_to_host) fill while the network runs, so that the host can copy the
-  /// output on as it lands (a session's pageable host outputs): uint32 each, in mapped host
-  /// memory that the caller zeroes before every call and binds with the output
-  /// (NetworkLaunch::progress). Each slot ends at the output's bytes; while the work runs,
-  /// every byte of the output below the least slot is stored and visible to the host. 0: the
-  /// device reports no progress (the output is whole once the work is done). The default: 0.
-  virtual int32_t host_output_progress_slots() const { return 0; }
-  /// The smallest host output (bytes) that a session should copy on as it lands: below it,
-  /// what the progress costs the kernels and the host outweighs the copy after the drain
-  /// that it would hide. The default: 0.
-  virtual int64_t host_output_progress_min_bytes() const { return 0; }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
+  /// How the outputs of the execution context described by `spec` reach host memory. The
+  /// default: each host output is written into device staging of its largest size
+  /// (allocated here) and copied to the caller's memory after the network. Errors: those of
+  /// allocate.
+  virtual Result<std::unique_ptr<HostOutputs>> create_host_outputs(const HostOutputsSpec& spec) const;
   /// A new stream on this device.
   virtual Result<std::shared_ptr<StreamImpl>> create_stream() const = 0;
   /// Called once the context's enqueued work has been waited for: a bad value its kernels

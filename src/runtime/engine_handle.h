@@ -9,13 +9,13 @@
 //   4 select the profile (guard, else the default request)
 //   5 validate the inputs against it (and token ids / positions against the model)
 //   6 switch only when the profile changed; mark in-flight right after the switch
-//   7 set shapes, infer and resize outputs, bind (device memory in place, host memory
-//     through staging buffers, or written by the kernels where the device can: see execute)
+//   7 set shapes, infer and resize outputs, bind (inputs: device memory in place, host
+//     memory through a staging buffer; outputs: where the device's HostOutputs binds them)
 //   8 copy host inputs in (packed into page-locked host memory where the device has it,
 //     one copy for all of them), enqueue
-//   9 host outputs: copy back, drain and report a bad device-resident input the kernels met
-//     (DeviceBackend::take_input_fault); otherwise record the in-flight event and return
-//     (the next wait reports it)
+//   9 host outputs: delivered by the device (HostOutputs::deliver, which drains), then a bad
+//     device-resident input the kernels met reported (DeviceBackend::take_input_fault);
+//     otherwise record the in-flight event and return (the next wait reports it)
 #pragma once
 
 #include <functional>
@@ -61,28 +61,53 @@ class EngineHandle {
 
  private:
   EngineHandle() = default;
+
+  /// Where this call's host inputs sit in the input staging (bind_inputs), for their copy.
+  struct PackedInputs {
+    std::vector<int64_t> offset;  // per input (host inputs only)
+    int64_t bytes = 0;            // of the input staging in use
+  };
+
+  // The steps of execute, in order.
+  /// 1: waits for this handle's in-flight work; its error, or a bad device-resident input.
   Status wait_inflight();
+  /// 2: the caller's stream, else the handle's own; it must be on the engine's device.
+  Result<StreamImpl*> pick_stream(StreamImpl* caller_stream) const;
+  /// 2: the outputs' count and types, and that each has a prepare function.
+  Status check_outputs(std::span<const OutputArg> outputs) const;
+  /// 3: every input's count, type, data and rank, and its dims into `dims`.
+  Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
+  /// 4: the profile for `dims` (the guard's request, else `default_request`, else the
+  /// handle's default); an error naming the profiles there are when none fits.
+  Result<int32_t> choose_profile(std::span<const Dims> dims, const ProfileRequest* default_request);
+  /// 5: the inputs against the profile's bounds, and host token ids / positions against the model.
+  Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+  /// 6: switches the context to `profile` when it is on another, and marks in-flight.
+  Status switch_profile(int32_t profile, StreamImpl& stream);
+  /// 7: sets the input shapes and binds the inputs, host ones packed into the input staging.
+  Status bind_inputs(std::span<const TensorView> inputs, std::span<const Dims> dims, PackedInputs& packed);
+  /// 7: prepares the outputs at their inferred shapes and binds them where host_outputs_ says;
+  /// whether any of them is in host memory.
+  Result<bool> bind_outputs(std::span<const OutputArg> outputs, int32_t profile);
+  /// 8: copies the host inputs in and enqueues the network; a failure drains the stream.
+  Status enqueue(std::span<const TensorView> inputs, std::span<const Dims> dims, const PackedInputs& packed,
+                 StreamImpl& stream);
+  /// 9, with host outputs: delivers them (drained), then reports a bad device-resident input.
+  Status deliver_host_outputs(StreamImpl& stream);
+  /// 6 and 9 without host outputs: records the in-flight event; a failed record drains the
+  /// stream and is returned.
   Status mark_inflight(StreamImpl& stream);
   /// After waiting for this handle's work: a bad device-resident input its kernels met,
   /// naming the ranges the inputs must hold (ExecutionContext::take_input_fault).
   Status input_fault();
-  Status check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const;
-  Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
+
   /// Page-locked host memory of `bytes` into `into`, or false: where the device has none to
   /// give (the CPU; pinned_unavailable_ from then on), or cannot give it now (a warning that
   /// names `what` the memory was for).
   bool take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what);
-  /// Page-locked host memory of at least `bytes` for output `o` (grown on demand), or null
-  /// when the device has none to give (the CPU) or cannot give it now: the output is then
-  /// copied to the caller's host memory directly.
-  void* pinned_staging(size_t o, int64_t bytes);
   /// Page-locked host memory laid out as input_staging_ (allocated at its first use), or
-  /// null as for pinned_staging: each host input is then copied on its own.
+  /// null where take_pinned gives none: each host input is then copied on its own.
   void* input_pinned();
-  /// Output `o`'s progress slots (DeviceBackend::host_output_progress_slots, mapped host
-  /// memory allocated at its first use), or null where the device reports no progress or
-  /// cannot give the memory.
-  uint32_t* progress_slots(size_t o);
 
   mutable std::mutex mutex_;
   std::shared_ptr<const EngineCore> engine_;
@@ -97,21 +122,10 @@ class EngineHandle {
   DeviceBuffer input_staging_{nullptr, [](void*) {}};
   int64_t input_staging_bytes_ = 0;
   DeviceBuffer input_pinned_{nullptr, [](void*) {}};  // its page-locked twin (input_pinned)
-  std::vector<DeviceBuffer> output_staging_;          // per output, sized for the largest profile
-  struct Pinned {
-    DeviceBuffer buffer{nullptr, [](void*) {}};
-    int64_t bytes = 0;
-  };
-  std::vector<Pinned> pinned_;  // per output, allocated at its first host-memory use
   bool pinned_unavailable_ = false;
-  // Per profile, per output: the device's kernels may write it straight into mapped host
-  // memory (DeviceBackend::writes_output_to_host).
-  std::vector<std::vector<bool>> writes_to_host_;
-  std::vector<const void*> last_host_output_;  // per output: the caller's memory at its last host-memory call
-  std::vector<int> host_route_;  // per output: how it reached host memory last (for a debug line when that changes)
-  std::vector<DeviceBuffer> progress_;  // per output: its progress slots, allocated at their first use
-  int32_t progress_count_ = 0;          // slots per output (0: the device reports no progress)
-  int64_t progress_min_bytes_ = 0;      // the smallest output that takes its slots
+  // How the outputs reach the caller's memory (step 7 binds them, step 9 delivers host ones).
+  // Declared after context_: it refers to the context's device state, so it goes first.
+  std::unique_ptr<HostOutputs> host_outputs_;
 };
 
 }  // namespace gearbox::internal

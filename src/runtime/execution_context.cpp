@@ -35,7 +35,6 @@ Result<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared_p
   ctx->input_dims_.assign(net.inputs.size(), Dims());
   ctx->input_set_.assign(net.inputs.size(), false);
   ctx->addresses_.assign(net.inputs.size() + net.outputs.size(), nullptr);
-  ctx->progress_.assign(net.outputs.size(), nullptr);
   return ctx;
 }
 
@@ -64,8 +63,8 @@ Status ExecutionContext::set_input_shape(size_t input, const Dims& dims) {
   if (input >= net.inputs.size()) return not_found("input " + std::to_string(input) + " does not exist");
   GEARBOX_RETURN_IF_ERROR(ir::check_input_dims(net, input, dims));
   GEARBOX_RETURN_IF_ERROR(engine_->check_bounds(profile_, input, dims));
-  // Shape inference walks every node (tens of microseconds for a 1B network): a decode
-  // step, whose shapes repeat, keeps the previous result.
+  // Shape inference walks every node: a decode step, whose shapes repeat, keeps the
+  // previous result.
   if (!(input_dims_[input] == dims)) dims_valid_ = false;
   input_dims_[input] = dims;
   input_set_[input] = true;
@@ -96,12 +95,6 @@ Status ExecutionContext::set_tensor_address(size_t binding, void* address) {
   return {};
 }
 
-Status ExecutionContext::set_output_progress(size_t output, uint32_t* slots) {
-  if (output >= progress_.size()) return not_found("output " + std::to_string(output) + " does not exist");
-  progress_[output] = slots;
-  return {};
-}
-
 Status ExecutionContext::enqueue(StreamImpl& stream) {
   GEARBOX_RETURN_IF_ERROR(infer());
   const ir::Network& net = engine_->network();
@@ -119,11 +112,6 @@ Status ExecutionContext::enqueue(StreamImpl& stream) {
     if (addresses_[b] == nullptr) return failed_precondition("binding " + std::to_string(b) + " has no address");
     const int32_t tensor = b < net.inputs.size() ? net.inputs[b].tensor : net.outputs[b - net.inputs.size()];
     launch.tensors[static_cast<size_t>(tensor)] = addresses_[b];
-  }
-  for (size_t o = 0; o < progress_.size(); ++o) {
-    if (progress_[o] == nullptr) continue;
-    if (launch.progress.empty()) launch.progress.assign(net.tensors.size(), nullptr);
-    launch.progress[static_cast<size_t>(net.outputs[o])] = progress_[o];
   }
   launch.scratch = arena + plan.scratch_offset;
   launch.states = states_;

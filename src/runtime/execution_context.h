@@ -37,16 +37,14 @@ class ExecutionContext {
   Result<Dims> output_shape(size_t output);
   /// Binds `binding` (inputs first, then outputs) to device memory at `address`.
   Status set_tensor_address(size_t binding, void* address);
-  /// Binds output `output`'s progress slots (DeviceBackend::host_output_progress_slots; null:
-  /// none), which stay bound until bound again. Errors: kNotFound for an index outside the
-  /// outputs.
-  Status set_output_progress(size_t output, uint32_t* slots);
   /// Enqueues the network on `stream`. Errors: kFailedPrecondition for a missing shape or
   /// address, or the stream's sticky error.
   Status enqueue(StreamImpl& stream);
   /// After waiting for the enqueued work: the fault the device recorded for a device-resident
   /// input, once (DeviceBackend::take_input_fault).
   Status take_input_fault() { return engine_->device().take_input_fault(device_state_.get()); }
+  /// The device's state of this context (DeviceBackend::create_context_state), or null.
+  DeviceContextState* device_state() noexcept { return device_state_.get(); }
 
   /// Test hook: runs on the stream inside the switch marker.
   std::function<void()> on_device_switch;
@@ -64,9 +62,8 @@ class ExecutionContext {
   int32_t profile_ = 0;
   std::vector<Dims> input_dims_;
   std::vector<bool> input_set_;
-  std::vector<void*> addresses_;     // inputs then outputs
-  std::vector<uint32_t*> progress_;  // per output
-  std::vector<Dims> dims_;           // every tensor, valid when dims_valid_
+  std::vector<void*> addresses_;  // inputs then outputs
+  std::vector<Dims> dims_;        // every tensor, valid when dims_valid_
   bool dims_valid_ = false;
 };
 

@@ -1,6 +1,6 @@
 // Streams and events behind gearbox::Stream. A StreamImpl is an in-order work queue;
 // an Event marks a point in one and can be waited on. The CPU implementation runs work on
-// a worker thread; the CUDA one (later) wraps cudaStream_t / cudaEvent_t.
+// a worker thread; the CUDA one (devices/cuda) wraps cudaStream_t / cudaEvent_t.
 #pragma once
 
 #include <condition_variable>

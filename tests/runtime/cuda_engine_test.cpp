@@ -15,6 +15,7 @@
 
 #include "gearbox/logging.h"
 
+#include "devices/cuda/host_outputs.h"
 #include "devices/cuda/linear_tactics.h"
 #include "gearbox/profile_guard.h"
 #include "ir/shape_inference.h"
@@ -418,11 +419,11 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
   // Room for two rows of 97 logits plus one float, so that a view may start off the base.
   Result<HostMemory> host = cuda.engine.allocate_host((2 * 97 + 1) * 4);
   ASSERT_TRUE(host.ok()) << host.status().to_string();
-  using Kind = internal::DeviceBackend::HostMemoryKind;
-  EXPECT_NE((*dev)->host_memory_kind(host->data(), host->bytes()), Kind::kPageable);
+  using Kind = cuda::HostMemoryKind;
+  EXPECT_NE(cuda::host_memory_kind(host->data(), host->bytes()), Kind::kPageable);
   std::vector<float> pageable(97);
-  EXPECT_EQ((*dev)->host_memory_kind(pageable.data(), 97 * 4), Kind::kPageable);
-  EXPECT_EQ((*dev)->host_memory_kind(host->data(), host->bytes() + 4096), Kind::kPageable)
+  EXPECT_EQ(cuda::host_memory_kind(pageable.data(), 97 * 4), Kind::kPageable);
+  EXPECT_EQ(cuda::host_memory_kind(host->data(), host->bytes() + 4096), Kind::kPageable)
       << "a range running past the allocation";
   auto* floats = static_cast<float*>(host->data());
   Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
@@ -451,13 +452,13 @@ TEST(CudaEngine, OutputsInPageLockedHostMemoryAreWrittenThereByDma) {
   EXPECT_EQ(cuda.engine.allocate_host(-1).status().code(), StatusCode::kInvalidArgument);
 }
 
-// Where the device allows it (DeviceBackend::writes_output_to_host: the logits come from a
+// Where the device allows it (cuda::writes_output_to_host: the logits come from a
 // GEMV that no kernel reads back), a call's host logits are the GEMV's own stores: into the
 // caller's page-locked memory when it is the memory of the caller's previous call (a new
 // address keeps the copy, so that a caller alternating buffers does not make the decode
 // graph be captured again), into the session's page-locked staging for pageable memory (copied
 // on to the caller's as the GEMV's progress slots say it lands, where the logits are large
-// enough for that to pay: DeviceBackend::host_output_progress_min_bytes).
+// enough for that to pay: cuda::kHostProgressMinBytes).
 // Every route gives the bytes a device output gets, inside the view only; a cuBLASLt logits
 // linear keeps the copy. The tiny model with `vocab` logits.
 void check_host_logits_routes(int64_t vocab) {
@@ -467,7 +468,7 @@ void check_host_logits_routes(int64_t vocab) {
   models::Gemma3Config c = tiny_config();
   c.dtype = DataType::kBF16;
   c.vocab = vocab;
-  const bool copied_on = dev.host_output_progress_slots() > 0 && vocab * 4 >= dev.host_output_progress_min_bytes();
+  const bool copied_on = vocab * 4 >= cuda::kHostProgressMinBytes;
   models::RandomWeights random(11);
   Result<models::BuiltModel> model = models::build_gemma3(c, random);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
@@ -493,7 +494,7 @@ void check_host_logits_routes(int64_t vocab) {
     format::EngineDesc forced = *desc;
     for (format::ProfileTactics& p : forced.tactic_tables[0].profiles)
       p.tactic_per_node[head] = tactic_id(dev, net.nodes[head], linear);
-    EXPECT_EQ(dev.writes_output_to_host(net, forced.tactic_tables[0].profiles[0].tactic_per_node, 0), by_kernels);
+    EXPECT_EQ(cuda::writes_output_to_host(net, forced.tactic_tables[0].profiles[0].tactic_per_node, 0), by_kernels);
     Result<Engine> engine = load_on_cuda(forced, model->payload);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     // Two page-locked buffers, each with a guard float on both sides of the view.
@@ -585,10 +586,10 @@ void check_host_logits_routes(int64_t vocab) {
   ir::Network read_back = net;
   read_back.nodes.back().inputs.push_back(net.outputs[0]);
   const std::vector<uint32_t> gemv(net.nodes.size(), tactic_id(dev, net.nodes[head], "gemv"));
-  EXPECT_TRUE(dev.writes_output_to_host(net, gemv, 0));
-  EXPECT_FALSE(dev.writes_output_to_host(read_back, gemv, 0));
-  EXPECT_FALSE(dev.writes_output_to_host(net, gemv, 1));
-  EXPECT_FALSE(dev.writes_output_to_host(net, std::span(gemv).first(head), 0)) << "too few tactics";
+  EXPECT_TRUE(cuda::writes_output_to_host(net, gemv, 0));
+  EXPECT_FALSE(cuda::writes_output_to_host(read_back, gemv, 0));
+  EXPECT_FALSE(cuda::writes_output_to_host(net, gemv, 1));
+  EXPECT_FALSE(cuda::writes_output_to_host(net, std::span(gemv).first(head), 0)) << "too few tactics";
 }
 
 TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
@@ -599,12 +600,8 @@ TEST(CudaEngine, HostLogitsAreStoredByTheLogitsGemvItself) {
 // Logits of 256 KiB and more (65539 x 4 bytes) are copied on to pageable memory as they land.
 TEST(CudaEngine, LargeHostLogitsAreCopiedOnAsTheyLand) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
-  ASSERT_TRUE(device.ok());
   constexpr int64_t kVocab = 65539;
-  if ((*device)->host_output_progress_slots() > 0) {
-    ASSERT_GE(kVocab * 4, (*device)->host_output_progress_min_bytes()) << "the test's logits no longer take the route";
-  }
+  ASSERT_GE(kVocab * 4, cuda::kHostProgressMinBytes) << "the test's logits no longer take the route";
   check_host_logits_routes(kVocab);
 }
 

@@ -25,6 +25,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/gemm_cublaslt.h"
+#include "devices/cuda/host_outputs.h"
 #include "devices/cuda/kernels/decode_attention.cuh"
 #include "devices/cuda/kernels/elementwise.cuh"
 #include "devices/cuda/kernels/embedding.cuh"
@@ -279,17 +280,17 @@ bool shape_graphs_enabled() {
   return on;
 }
 
-/// A launch's key for ShapeGraphs: every tensor's, state's and the scratch's address, and
-/// every tensor's dims.
-std::vector<int64_t> shape_key(const NetworkLaunch& launch) {
+/// A launch's key for ShapeGraphs: every tensor's, state's and the scratch's address, the
+/// host outputs' progress slots, and every tensor's dims.
+std::vector<int64_t> shape_key(const NetworkLaunch& launch, std::span<const cuda::OutputProgress> progress) {
   std::vector<int64_t> key;
   key.reserve(launch.tensors.size() * 4 + launch.states.size() + 1);
   const auto address = [](const void* p) { return static_cast<int64_t>(reinterpret_cast<intptr_t>(p)); };
   for (void* t : launch.tensors) key.push_back(address(t));
   for (void* st : launch.states) key.push_back(address(st));
   key.push_back(address(launch.scratch));
-  key.push_back(static_cast<int64_t>(launch.progress.size()));
-  for (const uint32_t* slots : launch.progress) key.push_back(address(slots));
+  key.push_back(static_cast<int64_t>(progress.size()));
+  for (const cuda::OutputProgress& p : progress) key.push_back(address(p.slots));
   for (const Dims& d : launch.dims) {
     key.push_back(d.rank());
     for (int32_t i = 0; i < d.rank(); ++i) key.push_back(d[i]);
@@ -333,6 +334,8 @@ class CudaContextState final : public DeviceContextState {
   std::unique_ptr<cuda::CublasLtGemm> gemm;
   std::vector<CapturedGraph> graphs;      // per profile
   std::vector<ShapeGraphs> shape_graphs;  // per profile (those whose shapes vary)
+  // Per network output: the progress slots its GEMV fills this call (HostOutputs::bind).
+  std::vector<cuda::OutputProgress> host_progress;
   // The network's steps (fused chains and single nodes), planned on first use.
   std::vector<Step> steps;
   const Network* steps_for = nullptr;
@@ -461,31 +464,16 @@ struct RoundedGateUp {
   int64_t ld = 0;
 };
 
-/// Progress slots of a host output stored by a GEMV (host_output_progress_slots): a GEMV with
-/// progress runs at most this many blocks, more than the resident grid of any geometry on an
-/// H200 (at most 4 blocks on each of 132 SMs).
-constexpr int32_t kHostProgressSlots = 1024;
-
-/// Every how many of its units a block of such a GEMV moves its progress slot (GemvProgress):
-/// GEARBOX_CUDA_HOST_PROGRESS=n for another n, =0 for no progress (a session copies a pageable
-/// host output after the drain). Each move waits for the block's stores to reach the host.
-constexpr int kHostProgressEvery = 8;
-int host_progress_every() {
-  static const int every = [] {
-    const char* v = std::getenv("GEARBOX_CUDA_HOST_PROGRESS");
-    return v == nullptr ? kHostProgressEvery : std::max(0, std::atoi(v));
-  }();
-  return every;
+/// The progress slots bound for network tensor `t` where it is an output the host copies on as
+/// it lands (HostOutputs); none for any other tensor, or without a context.
+cuda::GemvProgress output_progress(const Network& net, const CudaContextState* state, int32_t t) {
+  if (state == nullptr) return {};
+  for (size_t o = 0; o < state->host_progress.size() && o < net.outputs.size(); ++o) {
+    const cuda::OutputProgress& p = state->host_progress[o];
+    if (net.outputs[o] == t && p.slots != nullptr) return {p.slots, p.count, p.every};
+  }
+  return {};
 }
-bool host_progress_enabled() { return host_progress_every() > 0; }
-
-/// The smallest pageable host output a session copies on as it lands
-/// (host_output_progress_min_bytes). The progress costs a call a few microseconds however
-/// small the output (the mini's 8 KB logits through the ExecuTorch delegate on the H200:
-/// 0.0722 ms/token with it, 0.0696 without) while the copy after the drain it hides takes
-/// ~1 us per 10-18 KB (the 1B's 1 MB logits: 56-117 us, 35 of them hidden; PERFORMANCE.md,
-/// 2026-12-02 fifth and sixth): from 256 KiB on, the copy is several times the cost.
-constexpr int64_t kHostProgressMinBytes = int64_t{256} << 10;
 
 /// One node. input_in_scratch (a linear with a cuBLASLt tactic and 16-bit weights only):
 /// its input is already in a.scratch, rounded to the weights' type (a fused producer wrote it).
@@ -541,12 +529,9 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
         return by_weight_type(type, [&](auto w) -> Status {
           using W = decltype(w);
           const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
-          // A host output the session copies on as it lands (host_output_progress_slots).
-          cuda::GemvProgress progress;
-          if (outs == 1 && !a.progress.empty()) {
-            progress = {a.progress[static_cast<size_t>(node.outputs[0])], kHostProgressSlots, host_progress_every()};
-            if (progress.slots == nullptr) progress = {};
-          }
+          // A host output the host copies on as it lands (host_outputs.h).
+          const cuda::GemvProgress progress =
+              outs == 1 ? output_progress(net, state, node.outputs[0]) : cuda::GemvProgress{};
           for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
             cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
             const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
@@ -1130,7 +1115,7 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
 /// Every step of the network on `stream`.
 Status run_all(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch, cudaStream_t stream,
                const std::vector<Step>& steps) {
-  const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context, launch.progress};
+  const NodeArgs args{launch.tensors, launch.dims, launch.scratch, launch.states, launch.context};
   bool scratch_input = false;
   std::optional<NormInput> norm;    // the previous step's norms, for this step's GEMV
   const Step* head_norm = nullptr;  // the previous step (q / k norms and RoPE), for this step's attention
@@ -1239,7 +1224,7 @@ constexpr int64_t kTimingSpinMicros = 200;
 /// captured now if met before, else the launches themselves.
 Status launch_shape_graph(const Network& net, const CudaWeights& weights, const NetworkLaunch& launch,
                           ShapeGraphs& cache, const std::vector<Step>& steps, cudaStream_t stream) {
-  std::vector<int64_t> key = shape_key(launch);
+  std::vector<int64_t> key = shape_key(launch, static_cast<const CudaContextState*>(launch.context)->host_progress);
   ++cache.clock;
   for (ShapeGraphs::Entry& e : cache.graphs) {
     if (e.key == key) {
@@ -1461,14 +1446,6 @@ Result<uint32_t> refine_by_rows(const Network& net, const CudaWeights& weights, 
   return refined;
 }
 
-/// Whether linear outputs that go to host memory may be stored there by their GEMV
-/// (GEARBOX_CUDA_HOST_OUTPUTS, on unless "0"): writes_output_to_host and the timing of such
-/// linears (time_node).
-bool host_outputs_enabled() {
-  static const bool on = cuda::switch_on("GEARBOX_CUDA_HOST_OUTPUTS");
-  return on;
-}
-
 /// The network output that linear node n writes and no node reads (nor is it an input): an
 /// output a caller may take in host memory. -1 for none.
 int32_t host_bound_output(const Network& net, size_t n) {
@@ -1644,42 +1621,18 @@ class CudaBackend final : public DeviceBackend {
     return DeviceBuffer(p, &cuda_free_host);
   }
 
-  HostMemoryKind host_memory_kind(const void* p, int64_t bytes) const override {
-    // Both ends: a caller's buffer lies in one allocation or registration, which is
-    // page-locked (and mapped) throughout or not at all. cudaHostAlloc memory is mapped at the
-    // host's own addresses (unified addressing), which is how the kernels must reach it.
-    const auto kind = [](const void* at) {
-      cudaPointerAttributes attr{};
-      if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return HostMemoryKind::kPageable;
-      }
-      if (attr.type != cudaMemoryTypeHost) return HostMemoryKind::kPageable;
-      return attr.devicePointer == at ? HostMemoryKind::kMapped : HostMemoryKind::kPageLocked;
-    };
-    if (bytes <= 0) return HostMemoryKind::kPageable;
-    const HostMemoryKind first = kind(p);
-    return first == HostMemoryKind::kPageable ? first : std::min(first, kind(static_cast<const char*>(p) + bytes - 1));
-  }
-
-  bool writes_output_to_host(const Network& net, std::span<const uint32_t> tactics, size_t output) const override {
-    // A GEMV stores each of its outputs once, from one thread, and reads none of them
-    // (kernels_gemv.cu): over the host link those stores ride under the weight stream, where
-    // a copy after the network adds its whole transfer to the call (docs/PERFORMANCE.md,
-    // 2026-12-02 fourth). Only a linear whose output no node reads qualifies.
-    if (!host_outputs_enabled() || output >= net.outputs.size()) return false;
-    const int32_t t = net.outputs[output];
-    for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
-      if (host_bound_output(net, n) == t) return is_gemv(tactics[n]);
+  Result<std::unique_ptr<HostOutputs>> create_host_outputs(const HostOutputsSpec& spec) const override {
+    if (spec.context == nullptr) return DeviceBackend::create_host_outputs(spec);
+    cuda::HostOutputRoutes routes;
+    for (const std::span<const uint32_t> tactics : spec.tactics) {
+      std::vector<bool>& profile = routes.writes_to_host.emplace_back();
+      for (size_t o = 0; o < spec.max_bytes.size(); ++o)
+        profile.push_back(cuda::writes_output_to_host(*spec.net, tactics, o));
     }
-    return false;
+    routes.memory_kind = cuda::host_memory_kind;
+    routes.progress = &static_cast<CudaContextState*>(spec.context)->host_progress;
+    return cuda::make_host_outputs(*this, spec, std::move(routes));
   }
-
-  int32_t host_output_progress_slots() const override {
-    return host_outputs_enabled() && host_progress_enabled() ? kHostProgressSlots : 0;
-  }
-
-  int64_t host_output_progress_min_bytes() const override { return kHostProgressMinBytes; }
 
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
@@ -1760,7 +1713,7 @@ class CudaBackend final : public DeviceBackend {
     std::vector<void*> key = launch.tensors;
     key.insert(key.end(), launch.states.begin(), launch.states.end());
     key.push_back(launch.scratch);
-    key.insert(key.end(), launch.progress.begin(), launch.progress.end());
+    for (const cuda::OutputProgress& p : state->host_progress) key.push_back(p.slots);
     if (g.exec == nullptr || g.key != key) {
       if (g.exec != nullptr) GEARBOX_CUDA(cudaGraphExecDestroy(g.exec));
       g.exec = nullptr;
@@ -1801,9 +1754,9 @@ class CudaBackend final : public DeviceBackend {
     // A linear whose output a caller may take in host memory (the logits) is timed as that
     // output gets there: a GEMV storing it into page-locked memory itself (as the session
     // binds it: writes_output_to_host), any other tactic with the copy after it. Alone, a
-    // GEMM may win by a few microseconds and then pay ~30 for the copy, and some GEMV
-    // geometries store to the host far slower than others (PERFORMANCE.md, 2026-12-02 fourth).
-    const int32_t to_host = host_outputs_enabled() ? host_bound_output(net, node) : -1;
+    // GEMM may win and then lose more than that to the copy, and some GEMV geometries store to
+    // the host far slower than others.
+    const int32_t to_host = host_bound_output(net, node);
     NodeArgs run_args = args;
     std::vector<void*> tensors;
     int64_t host_bytes = 0;
@@ -1878,3 +1831,35 @@ Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
 }
 
 }  // namespace gearbox::internal
+
+namespace gearbox::cuda {
+
+HostMemoryKind host_memory_kind(const void* p, int64_t bytes) {
+  const auto kind = [](const void* at) {
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, at) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return HostMemoryKind::kPageable;
+    }
+    if (attr.type != cudaMemoryTypeHost) return HostMemoryKind::kPageable;
+    // cudaHostAlloc memory is mapped at the host's own addresses (unified addressing), which
+    // is how the kernels must reach it.
+    return attr.devicePointer == at ? HostMemoryKind::kMapped : HostMemoryKind::kPageLocked;
+  };
+  if (bytes <= 0) return HostMemoryKind::kPageable;
+  const HostMemoryKind first = kind(p);
+  return first == HostMemoryKind::kPageable ? first : std::min(first, kind(static_cast<const char*>(p) + bytes - 1));
+}
+
+bool writes_output_to_host(const ir::Network& net, std::span<const uint32_t> tactics, size_t output) {
+  // Over the host link a GEMV's stores ride under its weight stream, where a copy after the
+  // network adds its whole transfer to the call.
+  if (output >= net.outputs.size()) return false;
+  const int32_t t = net.outputs[output];
+  for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
+    if (internal::host_bound_output(net, n) == t) return internal::is_gemv(tactics[n]);
+  }
+  return false;
+}
+
+}  // namespace gearbox::cuda

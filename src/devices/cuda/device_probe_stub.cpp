@@ -1,5 +1,6 @@
 // The CUDA device entry points for a build without CUDA.
 #include "devices/cuda/device_probe.h"
+#include "devices/cuda/host_outputs.h"
 #include "runtime/device_backend.h"
 
 namespace gearbox::internal {
@@ -18,3 +19,12 @@ Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
 }
 
 }  // namespace gearbox::internal
+
+namespace gearbox::cuda {
+
+HostMemoryKind host_memory_kind(const void* /*p*/, int64_t /*bytes*/) { return HostMemoryKind::kPageable; }
+bool writes_output_to_host(const ir::Network& /*net*/, std::span<const uint32_t> /*tactics*/, size_t /*output*/) {
+  return false;
+}
+
+}  // namespace gearbox::cuda

@@ -1,8 +1,6 @@
 // Run-time switches of the CUDA device, all read in cuda_backend.cpp: GEARBOX_CUDA_FUSION,
-// GEARBOX_CUDA_PDL, GEARBOX_CUDA_SHAPE_GRAPHS, GEARBOX_CUDA_HOST_OUTPUTS,
-// GEARBOX_CUDA_HOST_PROGRESS (also a number), and GEARBOX_CUDA_GEMV_GEOMETRIES and
-// GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each on unless set to "0", for measuring
-// what each mechanism buys.
+// GEARBOX_CUDA_PDL, GEARBOX_CUDA_SHAPE_GRAPHS, and GEARBOX_CUDA_GEMV_GEOMETRIES and
+// GEARBOX_CUDA_TUNE_BY_ROWS (read by the builder), each on unless set to "0".
 #pragma once
 
 #include <cstdlib>

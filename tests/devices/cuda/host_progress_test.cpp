@@ -1,4 +1,4 @@
-// copy_landed (runtime/host_progress.h): the host's side of an output that the device's
+// copy_landed (devices/cuda/host_progress.h): the host's side of an output that the device's
 // kernels store while they say, in progress slots, how much of it is there. Table cases on
 // fixed slots, then a writer thread that stores an output as the CUDA logits GEMV does
 // (blocks serving interleaved units, each slot moved past what its block has stored) while
@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/host_progress.h"
+#include "devices/cuda/host_progress.h"
 
 namespace gearbox::internal {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/host_progress.h"
+#include "devices/cuda/host_progress.h"
 
 #include <algorithm>
 #include <atomic>

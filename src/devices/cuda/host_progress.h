@@ -1,7 +1,7 @@
-// A host output that the device's kernels store into page-locked staging while they say, in
-// progress slots, how much of it is there (DeviceBackend::host_output_progress_slots): the
-// host copies it on to the caller's memory as it lands, so that only its last part waits for
-// the end of the work.
+// A host output that the CUDA device's kernels store into page-locked staging while they say,
+// in progress slots, how much of it is there (cuda::GemvProgress): the host copies it on to
+// the caller's memory as it lands, so that only its last part waits for the end of the work
+// (host_outputs.h). Plain C++, built without CUDA too, so that its tests run on the CPU.
 #pragma once
 
 #include <cstdint>
