@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "core/check.h"
 #include "devices/cuda/device_probe.h"
+#include "json_line.h"
 #include "runner.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine_core.h"
@@ -76,6 +77,9 @@ struct BenchArgs {
   int64_t round_decodes = 64;
 };
 
+// A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
+double json_number(double x) { return as_printed(x, "%f"); }
+
 int run_bench(const BenchArgs& o) {
   const std::string& file = o.file;
   const int64_t context = o.context, steps = o.steps, rounds = o.rounds, round_decodes = o.round_decodes;
@@ -119,9 +123,11 @@ int run_bench(const BenchArgs& o) {
   if (!bandwidth.ok()) return fail("bench", bandwidth.status());
   std::printf("engine %s on %s: %.3f GB of weights; device copy bandwidth %.0f GB/s\n", file.c_str(),
               device_kind_name(r.engine().device()), weight_gb, *bandwidth / 1e9);
-  std::string json = "{\"device\": \"" + std::string(device_kind_name(r.engine().device())) +
-                     "\", \"weight_gb\": " + std::to_string(weight_gb) +
-                     ", \"copy_gb_s\": " + std::to_string(*bandwidth / 1e9) + ", \"decode\": [";
+  nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
+                                 {"weight_gb", json_number(weight_gb)},
+                                 {"copy_gb_s", json_number(*bandwidth / 1e9)},
+                                 {"decode", nlohmann::ordered_json::array()},
+                                 {"prefill", nlohmann::ordered_json::array()}};
   Tensor logits;
   // The same logits left in device memory: a call then returns once its work is enqueued.
   Result<DeviceMemory> device_logits_memory = r.engine().allocate(r.vocab() * 4);
@@ -173,7 +179,6 @@ int run_bench(const BenchArgs& o) {
   const ProfileTable& table = r.engine().profiles();
   ChartPanel decode_panel{"decode, ms/token at context " + std::to_string(context) + " (lower is better)", {}};
   ChartPanel prefill_panel{"prefill on profile 'prefill', ms (lower is better)", {}};
-  bool first = true;
   for (int32_t p = 0; p < table.size(); ++p) {
     const InputProfileBounds& b = table.bounds[static_cast<size_t>(p)][0];
     if (b.min[1] > 1) continue;
@@ -218,11 +223,12 @@ int run_bench(const BenchArgs& o) {
     const Stats sp = stats(ms);
     std::printf("  the same, logits in page-locked host memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sp.median,
                 sp.p10, sp.p90);
-    json += std::string(first ? "" : ", ") + "{\"profile\": \"" + table.names[static_cast<size_t>(p)] +
-            "\", \"ms\": " + std::to_string(s.median) + ", \"p10\": " + std::to_string(s.p10) +
-            ", \"p90\": " + std::to_string(s.p90) + ", \"device_logits_ms\": " + std::to_string(sd.median) +
-            ", \"pinned_logits_ms\": " + std::to_string(sp.median) + "}";
-    first = false;
+    json["decode"].push_back({{"profile", table.names[static_cast<size_t>(p)]},
+                              {"ms", json_number(s.median)},
+                              {"p10", json_number(s.p10)},
+                              {"p90", json_number(s.p90)},
+                              {"device_logits_ms", json_number(sd.median)},
+                              {"pinned_logits_ms", json_number(sp.median)}});
     if (p == prefill) {
       decode_on_prefill_ms = s.median;
       decode_on_prefill_mean = s.mean;
@@ -231,8 +237,6 @@ int run_bench(const BenchArgs& o) {
     decode_panel.bars.push_back({"on profile '" + table.names[static_cast<size_t>(p)] + "'", s.median, s.p10, s.p90});
     best_decode_ms = std::min(best_decode_ms, s.median);
   }
-  json += "], \"prefill\": [";
-  first = true;
   for (int64_t len : o.prefill_lengths) {
     if (len < 1 || len > max_seq) continue;
     std::vector<double> ms;
@@ -246,9 +250,7 @@ int run_bench(const BenchArgs& o) {
     std::printf("prefill %5lld tokens %10.3f ms (p10 %.3f, p90 %.3f)  %10.0f tok/s\n", static_cast<long long>(len),
                 s.median, s.p10, s.p90, static_cast<double>(len) * 1e3 / s.median);
     prefill_panel.bars.push_back({std::to_string(len) + " tokens", s.median, s.p10, s.p90});
-    json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(len) +
-            ", \"ms\": " + std::to_string(s.median) + "}";
-    first = false;
+    json["prefill"].push_back({{"tokens", len}, {"ms", json_number(s.median)}});
   }
   // The switch: decode steps alternating profiles, minus the mean of the two steady costs.
   const int32_t decode = r.profile_index("decode");
@@ -336,17 +338,17 @@ int run_bench(const BenchArgs& o) {
     if (!out) return fail("bench", device_error("cannot write " + o.svg_path));
     std::printf("wrote the chart to %s\n", o.svg_path.c_str());
   }
-  json += "], \"memory_overhead_percent\": " + std::to_string(memory_overhead) +
-          ", \"switch_ms\": " + std::to_string(switch_ms) +
-          ", \"switch_into_decode_host_us\": " + std::to_string(switch_host_us[0]) +
-          ", \"switch_into_prefill_host_us\": " + std::to_string(switch_host_us[1]) +
-          ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
-          ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) +
-          ", \"validated\": " + (problem.empty() ? "true" : "false") +
-          ", \"checked_calls\": " + std::to_string(checked_calls) + "}\n";
+  json["memory_overhead_percent"] = json_number(memory_overhead);
+  json["switch_ms"] = json_number(switch_ms);
+  json["switch_into_decode_host_us"] = json_number(switch_host_us[0]);
+  json["switch_into_prefill_host_us"] = json_number(switch_host_us[1]);
+  json["round_switching_ms"] = json_number(round_ms[0]);
+  json["round_prefill_only_ms"] = json_number(round_ms[1]);
+  json["validated"] = problem.empty();
+  json["checked_calls"] = checked_calls;
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
-    out << json;
+    out << json_line(json) << "\n";
     if (!out) return fail("bench", device_error("cannot write " + o.json_path));
   }
   if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));

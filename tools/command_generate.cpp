@@ -11,6 +11,7 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "json_line.h"
 #include "runner.h"
 #include "tokenizer.h"
 
@@ -32,12 +33,6 @@ int64_t sample(const float* x, int64_t vocab, double temperature, int64_t top_k,
   while (n < p.size() && (n == 0 || kept < top_p * sum)) kept += p[n++];
   std::discrete_distribution<size_t> pick(p.begin(), p.begin() + static_cast<ptrdiff_t>(n));
   return order[pick(rng)];
-}
-
-std::string json_ids(const std::vector<int64_t>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i > 0 ? ", " : "") + std::to_string(ids[i]);
-  return s + "]";
 }
 
 Status check_ids(const std::vector<int64_t>& ids, int64_t vocab) {
@@ -140,17 +135,19 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
   const size_t decode_steps = generated.size() - 1;
   const double decode_tok_s = decode_steps > 0 ? static_cast<double>(decode_steps) / (decode_ms / 1e3) : 0.0;
   if (o.json) {
-    std::printf(
-        "{\"prompt_ids\": %s, \"generated_ids\": %s, \"ttft_ms\": %.3f, \"prefill_tok_s\": %.1f, "
-        "\"decode_tok_s\": %.1f}\n",
-        json_ids(ids).c_str(), json_ids(generated).c_str(), prefill_ms, prefill_tok_s, decode_tok_s);
+    const nlohmann::ordered_json doc = {{"prompt_ids", ids},
+                                        {"generated_ids", generated},
+                                        {"ttft_ms", as_printed(prefill_ms, "%.3f")},
+                                        {"prefill_tok_s", as_printed(prefill_tok_s, "%.1f")},
+                                        {"decode_tok_s", as_printed(decode_tok_s, "%.1f")}};
+    std::printf("%s\n", json_line(doc).c_str());
     return 0;
   }
   if (tokenizer) {
     Result<std::string> text = tokenizer->decode(generated);
     std::printf("%s\n", text.ok() ? text->c_str() : "");
   } else {
-    std::printf("%s\n", json_ids(generated).c_str());
+    std::printf("%s\n", json_line(nlohmann::ordered_json(generated)).c_str());
   }
   std::fprintf(stderr, "time to first token %.2f ms, prefill %.1f tok/s (%zu tokens), decode %.1f tok/s (%zu tokens)\n",
                prefill_ms, prefill_tok_s, ids.size(), decode_tok_s, decode_steps);
@@ -193,13 +190,9 @@ int run_score(const ScoreArgs& o, bool ids_given) {
     logprobs.push_back(log_prob(logits, logits.dims[1] - 1, ids[i + 1]));
   }
   if (o.json) {
-    std::string s = "{\"token_logprobs\": [";
-    for (size_t i = 0; i < logprobs.size(); ++i) {
-      char buf[32];
-      std::snprintf(buf, sizeof(buf), "%s%.9g", i > 0 ? ", " : "", logprobs[i]);
-      s += buf;
-    }
-    std::printf("%s]}\n", s.c_str());
+    nlohmann::ordered_json values = nlohmann::ordered_json::array();
+    for (double lp : logprobs) values.push_back(as_printed(lp, "%.9g"));
+    std::printf("%s\n", json_line({{"token_logprobs", values}}).c_str());
   } else {
     double total = 0;
     for (double lp : logprobs) total += lp;
