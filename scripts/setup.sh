@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build_packages=(build-essential cmake ninja-build libxxhash-dev libsentencepiece-dev nlohmann-json3-dev)
+build_packages=(build-essential cmake ninja-build libxxhash-dev libsentencepiece-dev nlohmann-json3-dev libcli11-dev)
 test_packages=(libgtest-dev librapidcheck-dev libbenchmark-dev clang libclang-rt-14-dev clang-tidy clang-format
   doxygen python3-venv)
 packages=("${build_packages[@]}")

@@ -1,26 +1,41 @@
 #include "cli_args.h"
 
 #include <charconv>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
 
 namespace gearbox::cli {
+namespace {
 
-Result<int64_t> parse_int(std::string_view text, std::string_view flag) {
+// The message of a bad whole number, without the flag (CLI11 puts "--flag: " before it).
+std::string not_a_whole_number(std::string_view text) { return "'" + std::string(text) + "' is not a whole number"; }
+
+std::string joined(const std::vector<int64_t>& values) {
+  std::string s;
+  for (size_t i = 0; i < values.size(); ++i) s += (i > 0 ? "," : "") + std::to_string(values[i]);
+  return s;
+}
+
+}  // namespace
+
+Result<int64_t> parse_int(std::string_view text, std::string_view what) {
   int64_t value = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, value);
   if (text.empty() || ec != std::errc() || ptr != end) {
-    return invalid_argument(std::string(flag) + ": '" + std::string(text) + "' is not a whole number");
+    return invalid_argument(std::string(what) + ": " + not_a_whole_number(text));
   }
   return value;
 }
 
-Result<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view flag) {
+Result<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view what) {
   std::vector<int64_t> values;
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = text.find(',', start);
     const size_t stop = comma == std::string_view::npos ? text.size() : comma;
-    Result<int64_t> v = parse_int(text.substr(start, stop - start), flag);
+    Result<int64_t> v = parse_int(text.substr(start, stop - start), what);
     if (!v.ok()) return v.status();
     values.push_back(*v);
     if (comma == std::string_view::npos) break;
@@ -51,6 +66,75 @@ Result<SeqProfile> parse_seq_profile(std::string_view text) {
     return invalid_argument("--profile " + std::string(text) + ": need 1 <= MIN <= OPT <= MAX");
   }
   return p;
+}
+
+CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, const std::string& help) {
+  // CLI11 reads integers with strtoll in base 0 ("010" is 8) and does not report overflow,
+  // so the value is checked here and handed on in canonical decimal.
+  const CLI::Validator whole_number(
+      [](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end) return not_a_whole_number(text);
+        text = std::to_string(v);
+        return {};
+      },
+      "");
+  return app.add_option(name, value, help)->transform(whole_number)->type_name("N");
+}
+
+CLI::Option* add_number_option(CLI::App& app, const std::string& name, double& value, const std::string& help) {
+  const CLI::Validator number(
+      [](const std::string& text) -> std::string {
+        double v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end) return "'" + text + "' is not a number";
+        return {};
+      },
+      "");
+  return app.add_option(name, value, help)->check(number)->type_name("X");
+}
+
+CLI::Option* add_int_list_option(CLI::App& app, const std::string& name, std::vector<int64_t>& values,
+                                 const std::string& help) {
+  const std::string defaults = joined(values);
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&values, name](const std::string& text) {
+            Result<std::vector<int64_t>> parsed = parse_int_list(text, name);
+            if (!parsed.ok()) throw CLI::ValidationError(parsed.status().message());
+            values = std::move(*parsed);
+          },
+          help)
+      ->type_name("N,N,...")
+      ->default_str(defaults);
+}
+
+CLI::Option* add_profile_option(CLI::App& app, std::vector<SeqProfile>& profiles, const std::string& help) {
+  return app
+      .add_option_function<std::vector<std::string>>(
+          "--profile",
+          [&profiles](const std::vector<std::string>& texts) {
+            for (const std::string& text : texts) {
+              Result<SeqProfile> p = parse_seq_profile(text);
+              if (!p.ok()) throw CLI::ValidationError(p.status().message());
+              profiles.push_back(std::move(*p));
+            }
+          },
+          help)
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->type_name("NAME:MIN:OPT:MAX");
+}
+
+int fail(std::string_view command, const Status& status, int code) {
+  std::fprintf(stderr, "gearbox %.*s: %s\n", static_cast<int>(command.size()), command.data(),
+               status.message().c_str());
+  return code;
 }
 
 }  // namespace gearbox::cli

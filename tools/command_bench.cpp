@@ -9,34 +9,23 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <span>
+
+#include <CLI/CLI.hpp>
 
 #include "bench_chart.h"
 #include "cli_args.h"
 #include "commands.h"
 #include "core/check.h"
 #include "devices/cuda/device_probe.h"
-#include "flags.h"
+#include "json_line.h"
 #include "runner.h"
 #include "runtime/device_backend.h"
 #include "runtime/engine_core.h"
 
 namespace gearbox::cli {
 namespace {
-
-constexpr const char* kUsage = R"(usage: gearbox bench FILE [options]
-
-  --context N        decode steps run after an N-token prompt (default 128)
-  --steps N          decode steps per measurement (default 64)
-  --prefill L1,L2    prefill lengths (default 128,512, clipped to the prefill profile)
-  --rounds N         rounds of 1 prefill + --round-decodes decodes (default 5)
-  --round-decodes N  (default 64)
-  --json OUT         also write the numbers as JSON
-  --svg OUT          and a chart of them (SVG): decode per profile, prefill, rounds
-  --device D         cpu, cuda or auto (default auto)
-Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes
-a decode step must read, against a device copy bandwidth this command measures.
-)";
 
 struct Stats {
   double median = 0, p10 = 0, p90 = 0, mean = 0;
@@ -76,29 +65,28 @@ Result<double> copy_bandwidth(const Engine& engine) {
   return 2.0 * static_cast<double>(bytes) / stats(t).median;
 }
 
-}  // namespace
+struct BenchArgs {
+  std::string file;
+  std::string device = "auto";
+  std::string json_path;
+  std::string svg_path;
+  std::vector<int64_t> prefill_lengths = {128, 512};
+  int64_t context = 128;
+  int64_t steps = 64;
+  int64_t rounds = 5;
+  int64_t round_decodes = 64;
+};
 
-int run_bench(std::span<const std::string_view> args) {
-  std::string file, device_flag = "auto", json_path, svg_path, prefill_flag = "128,512";
-  int64_t context = 128, steps = 64, rounds = 5, round_decodes = 64;
-  Flags flags(kUsage);
-  flags.positional("FILE", &file, true);
-  flags.flag("--context", &context);
-  flags.flag("--steps", &steps);
-  flags.flag("--prefill", &prefill_flag);
-  flags.flag("--rounds", &rounds);
-  flags.flag("--round-decodes", &round_decodes);
-  flags.flag("--json", &json_path);
-  flags.flag("--svg", &svg_path);
-  flags.flag("--device", &device_flag);
-  if (Status s = flags.parse(args); !s.ok()) return fail("bench", s, 2);
-  if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
+// A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
+double json_number(double x) { return as_printed(x, "%f"); }
+
+int run_bench(const BenchArgs& o) {
+  const std::string& file = o.file;
+  const int64_t context = o.context, steps = o.steps, rounds = o.rounds, round_decodes = o.round_decodes;
   if (context < 1 || steps < 1 || rounds < 1 || round_decodes < 1) {
     return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
   }
-  Result<std::vector<int64_t>> prefill_lengths = parse_int_list(prefill_flag, "--prefill");
-  if (!prefill_lengths.ok()) return fail("bench", prefill_lengths.status(), 2);
-  Result<DeviceKind> device = device_from_flag(device_flag);
+  Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("bench", device.status(), 2);
   // Device memory the engine and its session take, against what they are made of.
   const bool cuda = *device == DeviceKind::kCuda;
@@ -135,9 +123,11 @@ int run_bench(std::span<const std::string_view> args) {
   if (!bandwidth.ok()) return fail("bench", bandwidth.status());
   std::printf("engine %s on %s: %.3f GB of weights; device copy bandwidth %.0f GB/s\n", file.c_str(),
               device_kind_name(r.engine().device()), weight_gb, *bandwidth / 1e9);
-  std::string json = "{\"device\": \"" + std::string(device_kind_name(r.engine().device())) +
-                     "\", \"weight_gb\": " + std::to_string(weight_gb) +
-                     ", \"copy_gb_s\": " + std::to_string(*bandwidth / 1e9) + ", \"decode\": [";
+  nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
+                                 {"weight_gb", json_number(weight_gb)},
+                                 {"copy_gb_s", json_number(*bandwidth / 1e9)},
+                                 {"decode", nlohmann::ordered_json::array()},
+                                 {"prefill", nlohmann::ordered_json::array()}};
   Tensor logits;
   // The same logits left in device memory: a call then returns once its work is enqueued.
   Result<DeviceMemory> device_logits_memory = r.engine().allocate(r.vocab() * 4);
@@ -189,7 +179,6 @@ int run_bench(std::span<const std::string_view> args) {
   const ProfileTable& table = r.engine().profiles();
   ChartPanel decode_panel{"decode, ms/token at context " + std::to_string(context) + " (lower is better)", {}};
   ChartPanel prefill_panel{"prefill on profile 'prefill', ms (lower is better)", {}};
-  bool first = true;
   for (int32_t p = 0; p < table.size(); ++p) {
     const InputProfileBounds& b = table.bounds[static_cast<size_t>(p)][0];
     if (b.min[1] > 1) continue;
@@ -234,11 +223,12 @@ int run_bench(std::span<const std::string_view> args) {
     const Stats sp = stats(ms);
     std::printf("  the same, logits in page-locked host memory %8.3f ms/token (p10 %.3f, p90 %.3f)\n", sp.median,
                 sp.p10, sp.p90);
-    json += std::string(first ? "" : ", ") + "{\"profile\": \"" + table.names[static_cast<size_t>(p)] +
-            "\", \"ms\": " + std::to_string(s.median) + ", \"p10\": " + std::to_string(s.p10) +
-            ", \"p90\": " + std::to_string(s.p90) + ", \"device_logits_ms\": " + std::to_string(sd.median) +
-            ", \"pinned_logits_ms\": " + std::to_string(sp.median) + "}";
-    first = false;
+    json["decode"].push_back({{"profile", table.names[static_cast<size_t>(p)]},
+                              {"ms", json_number(s.median)},
+                              {"p10", json_number(s.p10)},
+                              {"p90", json_number(s.p90)},
+                              {"device_logits_ms", json_number(sd.median)},
+                              {"pinned_logits_ms", json_number(sp.median)}});
     if (p == prefill) {
       decode_on_prefill_ms = s.median;
       decode_on_prefill_mean = s.mean;
@@ -247,9 +237,7 @@ int run_bench(std::span<const std::string_view> args) {
     decode_panel.bars.push_back({"on profile '" + table.names[static_cast<size_t>(p)] + "'", s.median, s.p10, s.p90});
     best_decode_ms = std::min(best_decode_ms, s.median);
   }
-  json += "], \"prefill\": [";
-  first = true;
-  for (int64_t len : *prefill_lengths) {
+  for (int64_t len : o.prefill_lengths) {
     if (len < 1 || len > max_seq) continue;
     std::vector<double> ms;
     for (int i = 0; i < 8; ++i) {
@@ -262,9 +250,7 @@ int run_bench(std::span<const std::string_view> args) {
     std::printf("prefill %5lld tokens %10.3f ms (p10 %.3f, p90 %.3f)  %10.0f tok/s\n", static_cast<long long>(len),
                 s.median, s.p10, s.p90, static_cast<double>(len) * 1e3 / s.median);
     prefill_panel.bars.push_back({std::to_string(len) + " tokens", s.median, s.p10, s.p90});
-    json += std::string(first ? "" : ", ") + "{\"tokens\": " + std::to_string(len) +
-            ", \"ms\": " + std::to_string(s.median) + "}";
-    first = false;
+    json["prefill"].push_back({{"tokens", len}, {"ms", json_number(s.median)}});
   }
   // The switch: decode steps alternating profiles, minus the mean of the two steady costs.
   const int32_t decode = r.profile_index("decode");
@@ -338,7 +324,7 @@ int run_bench(std::span<const std::string_view> args) {
         static_cast<long long>(context), static_cast<long long>(round_decodes), round_ms[0], round_ms[1],
         100.0 * (round_ms[1] - round_ms[0]) / round_ms[1]);
   }
-  if (!svg_path.empty()) {
+  if (!o.svg_path.empty()) {
     ChartPanel rounds_panel{"1 prefill (" + std::to_string(context) + ") + " + std::to_string(round_decodes) +
                                 " decodes, ms per round (lower is better)",
                             {}};
@@ -346,29 +332,52 @@ int run_bench(std::span<const std::string_view> args) {
       rounds_panel.bars.push_back({"switching", round_ms[0]});
       rounds_panel.bars.push_back({"prefill profile only", round_ms[1]});
     }
-    std::ofstream out(svg_path);
+    std::ofstream out(o.svg_path);
     out << bar_chart_svg("gearbox bench: " + file + " on " + device_kind_name(r.engine().device()),
                          {decode_panel, prefill_panel, rounds_panel});
-    if (!out) return fail("bench", device_error("cannot write " + svg_path));
-    std::printf("wrote the chart to %s\n", svg_path.c_str());
+    if (!out) return fail("bench", device_error("cannot write " + o.svg_path));
+    std::printf("wrote the chart to %s\n", o.svg_path.c_str());
   }
-  json += "], \"memory_overhead_percent\": " + std::to_string(memory_overhead) +
-          ", \"switch_ms\": " + std::to_string(switch_ms) +
-          ", \"switch_into_decode_host_us\": " + std::to_string(switch_host_us[0]) +
-          ", \"switch_into_prefill_host_us\": " + std::to_string(switch_host_us[1]) +
-          ", \"round_switching_ms\": " + std::to_string(round_ms[0]) +
-          ", \"round_prefill_only_ms\": " + std::to_string(round_ms[1]) +
-          ", \"validated\": " + (problem.empty() ? "true" : "false") +
-          ", \"checked_calls\": " + std::to_string(checked_calls) + "}\n";
-  if (!json_path.empty()) {
-    std::ofstream out(json_path);
-    out << json;
-    if (!out) return fail("bench", device_error("cannot write " + json_path));
+  json["memory_overhead_percent"] = json_number(memory_overhead);
+  json["switch_ms"] = json_number(switch_ms);
+  json["switch_into_decode_host_us"] = json_number(switch_host_us[0]);
+  json["switch_into_prefill_host_us"] = json_number(switch_host_us[1]);
+  json["round_switching_ms"] = json_number(round_ms[0]);
+  json["round_prefill_only_ms"] = json_number(round_ms[1]);
+  json["validated"] = problem.empty();
+  json["checked_calls"] = checked_calls;
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    out << json_line(json) << "\n";
+    if (!out) return fail("bench", device_error("cannot write " + o.json_path));
   }
   if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
   std::printf("validated: %lld calls ran the profile they pinned, with finite logits where they came back\n",
               static_cast<long long>(checked_calls));
   return 0;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& gearbox) {
+  auto o = std::make_shared<BenchArgs>();
+  CLI::App* app =
+      gearbox.add_subcommand("bench", "decode per profile, prefill, switch cost, rounds with and without switching");
+  app->footer(
+      "Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes a decode step must "
+      "read, against a device copy bandwidth this command measures.");
+  app->add_option("FILE", o->file, "the engine file")->required();
+  add_int_option(*app, "--context", o->context, "decode steps run after an N-token prompt")->capture_default_str();
+  add_int_option(*app, "--steps", o->steps, "decode steps per measurement")->capture_default_str();
+  add_int_list_option(*app, "--prefill", o->prefill_lengths, "prefill lengths, clipped to the prefill profile")
+      ->type_name("L1,L2");
+  add_int_option(*app, "--rounds", o->rounds, "rounds of 1 prefill + --round-decodes decodes")->capture_default_str();
+  add_int_option(*app, "--round-decodes", o->round_decodes, "decodes per round")->capture_default_str();
+  app->add_option("--json", o->json_path, "also write the numbers as JSON")->type_name("OUT");
+  app->add_option("--svg", o->svg_path, "and a chart of them (SVG): decode per profile, prefill, rounds")
+      ->type_name("OUT");
+  app->add_option("--device", o->device, "cpu, cuda or auto")->type_name("D")->capture_default_str();
+  return {app, [o] { return run_bench(*o); }};
 }
 
 }  // namespace gearbox::cli

@@ -1,24 +1,16 @@
-// gearbox devices [--probe]
+// gearbox devices: the devices this build can use, and a check of each.
 #include <cstdio>
+#include <memory>
+
+#include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "gearbox/device.h"
 
 namespace gearbox::cli {
+namespace {
 
-int run_devices(std::span<const std::string_view> args) {
-  bool probe = false;
-  for (std::string_view a : args) {
-    if (a == "--probe") {
-      probe = true;
-    } else if (a == "--help" || a == "-h") {
-      std::puts("usage: gearbox devices [--probe]");
-      return 0;
-    } else {
-      std::fprintf(stderr, "gearbox devices: unknown flag '%.*s'\n", static_cast<int>(a.size()), a.data());
-      return 2;
-    }
-  }
+int run_devices(bool probe) {
   Result<std::vector<DeviceInfo>> devices = list_devices();
   if (!devices.ok()) {
     std::fprintf(stderr, "gearbox devices: %s\n", devices.status().to_string().c_str());
@@ -38,6 +30,16 @@ int run_devices(std::span<const std::string_view> args) {
     std::printf("\n");
   }
   return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_devices_command(CLI::App& gearbox) {
+  auto probe = std::make_shared<bool>(false);
+  CLI::App* app =
+      gearbox.add_subcommand("devices", "list the devices this build can use (--probe runs a check on each)");
+  app->add_flag("--probe", *probe, "run a small computation on each device and check its result");
+  return {app, [probe] { return run_devices(*probe); }};
 }
 
 }  // namespace gearbox::cli

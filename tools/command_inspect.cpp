@@ -1,9 +1,12 @@
 // gearbox inspect: what an engine file holds.
 #include <cstdio>
+#include <memory>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
+#include "cli_args.h"
 #include "commands.h"
-#include "flags.h"
 #include "format/engine_file.h"
 #include "format/mapped_file.h"
 #include "runtime/device_backend.h"
@@ -11,28 +14,13 @@
 namespace gearbox::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: gearbox inspect FILE [--nodes]
-
-Prints the engine's profiles and bounds, bindings, state, memory, versions and metadata,
-and per device and profile the tactic chosen for each kind of op (--nodes: every node).
-)";
-
 std::string tactic_name(DeviceKind device, const ir::Node& node, uint32_t id) {
   Result<std::shared_ptr<const internal::DeviceBackend>> backend = internal::device_backend(device);
   if (!backend.ok()) return "?";
   return (*backend)->tactic_name(node, id);
 }
 
-}  // namespace
-
-int run_inspect(std::span<const std::string_view> args) {
-  std::string file;
-  bool nodes = false;
-  Flags flags(kUsage);
-  flags.positional("FILE", &file, true);
-  flags.flag("--nodes", &nodes);
-  if (Status s = flags.parse(args); !s.ok()) return fail("inspect", s, 2);
-  if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
+int run_inspect(const std::string& file, bool nodes) {
   Result<format::MappedFile> mapped = format::MappedFile::open(file);
   if (!mapped.ok()) return fail("inspect", mapped.status());
   Result<format::ParsedEngine> parsed = format::parse_engine(mapped->bytes());
@@ -99,6 +87,25 @@ int run_inspect(std::span<const std::string_view> args) {
     }
   }
   return 0;
+}
+
+struct InspectArgs {
+  std::string file;
+  bool nodes = false;
+};
+
+}  // namespace
+
+Command add_inspect_command(CLI::App& gearbox) {
+  auto o = std::make_shared<InspectArgs>();
+  CLI::App* app = gearbox.add_subcommand(
+      "inspect",
+      "what an engine file holds: profiles, tactics, memory, versions\n\n"
+      "Prints the engine's profiles and bounds, bindings, state, memory, versions and metadata, and per device and "
+      "profile the tactic chosen for each kind of op.");
+  app->add_option("FILE", o->file, "the engine file")->required();
+  app->add_flag("--nodes", o->nodes, "the tactic of every node, not only the first of each kind");
+  return {app, [o] { return run_inspect(o->file, o->nodes); }};
 }
 
 }  // namespace gearbox::cli

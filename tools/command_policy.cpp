@@ -1,9 +1,11 @@
 // gearbox policy: replays a sequence of calls through the profile-selection policy and the
 // bounds check, exactly as an execution context would, and prints what each call runs.
 #include <cstdio>
-#include <optional>
+#include <memory>
 #include <string>
 #include <vector>
+
+#include <CLI/CLI.hpp>
 
 #include "cli_args.h"
 #include "commands.h"
@@ -12,70 +14,14 @@
 namespace gearbox::cli {
 namespace {
 
-constexpr const char* kPolicyUsage = R"(usage: gearbox policy [options]
-
-Replays calls with token inputs of shape [1, L] through the selection policy and the
-bounds check, starting on profile 0 like a fresh execution context.
-
-options:
-  --profile NAME:MIN:OPT:MAX  a profile over the sequence length (repeatable, in index
-                              order; default: decode:1:1:1 prefill:1:128:2048)
-  --seq L1,L2,...             the calls' sequence lengths (default: 1,128,1,512,1)
-  --auto                      automatic selection, sticky first-fit (the default)
-  --pin N                     pin profile index N
-  --name NAME                 pin the profile called NAME
-  --unset                     no request: every call runs profile 0
-
-Exits 0 when every call ran, 1 when any call was rejected, 2 on a usage error.
-)";
-
-int usage_error(const Status& s) {
-  std::fprintf(stderr, "gearbox policy: %s\n", s.message().c_str());
-  return 2;
-}
-
-}  // namespace
-
-int run_policy(std::span<const std::string_view> args) {
+struct PolicyArgs {
   std::vector<SeqProfile> profiles;
   std::vector<int64_t> seqs = {1, 128, 1, 512, 1};
-  ProfileRequest request = ProfileRequest::automatic();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    auto value = [&]() -> std::optional<std::string_view> {
-      if (i + 1 >= args.size()) return std::nullopt;
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kPolicyUsage, stdout);
-      return 0;
-    }
-    if (a == "--auto") {
-      request = ProfileRequest::automatic();
-    } else if (a == "--unset") {
-      request = ProfileRequest::unset();
-    } else if (a == "--profile" || a == "--seq" || a == "--pin" || a == "--name") {
-      const std::optional<std::string_view> v = value();
-      if (!v) return usage_error(invalid_argument(std::string(a) + " needs a value"));
-      if (a == "--profile") {
-        Result<SeqProfile> p = parse_seq_profile(*v);
-        if (!p.ok()) return usage_error(p.status());
-        profiles.push_back(*p);
-      } else if (a == "--seq") {
-        Result<std::vector<int64_t>> s = parse_int_list(*v, "--seq");
-        if (!s.ok()) return usage_error(s.status());
-        seqs = *s;
-      } else if (a == "--pin") {
-        Result<int64_t> n = parse_int(*v, "--pin");
-        if (!n.ok()) return usage_error(n.status());
-        request = ProfileRequest::pinned(*n);
-      } else {
-        request = ProfileRequest::named(std::string(*v));
-      }
-    } else {
-      return usage_error(invalid_argument("unknown flag '" + std::string(a) + "' (try gearbox policy --help)"));
-    }
-  }
+  int64_t pin = 0;
+  std::string name;
+};
+
+int run_policy(std::vector<SeqProfile> profiles, const std::vector<int64_t>& seqs, const ProfileRequest& request) {
   if (profiles.empty()) profiles = {{"decode", 1, 1, 1}, {"prefill", 1, 128, 2048}};
 
   ProfileTable table;
@@ -117,6 +63,38 @@ int run_policy(std::span<const std::string_view> args) {
     table.active = sel.profile;
   }
   return rejected == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+Command add_policy_command(CLI::App& gearbox) {
+  auto o = std::make_shared<PolicyArgs>();
+  CLI::App* app = gearbox.add_subcommand(
+      "policy",
+      "show which optimization profile each call would run under\n\n"
+      "Replays calls with token inputs of shape [1, L] through the selection policy and the bounds check, "
+      "starting on profile 0 like a fresh execution context.");
+  app->footer("Exits 0 when every call ran, 1 when any call was rejected, 2 on a usage error.");
+  add_profile_option(*app, o->profiles,
+                     "a profile over the sequence length, repeatable, in index order (default: decode:1:1:1 "
+                     "prefill:1:128:2048)");
+  add_int_list_option(*app, "--seq", o->seqs, "the calls' sequence lengths")->type_name("L1,L2,...");
+  const CLI::Option* automatic =
+      app->add_flag("--auto")->description("automatic selection, sticky first-fit (the default)");
+  const CLI::Option* pin = add_int_option(*app, "--pin", o->pin, "pin profile index N");
+  const CLI::Option* name = app->add_option("--name", o->name, "pin the profile called NAME")->type_name("NAME");
+  const CLI::Option* unset = app->add_flag("--unset")->description("no request: every call runs profile 0");
+  return {app, [o, app, automatic, pin, name, unset] {
+            // The last of --auto, --pin, --name and --unset on the command line decides.
+            ProfileRequest request = ProfileRequest::automatic();
+            for (const CLI::Option* given : app->parse_order()) {
+              if (given == automatic) request = ProfileRequest::automatic();
+              if (given == pin) request = ProfileRequest::pinned(o->pin);
+              if (given == name) request = ProfileRequest::named(o->name);
+              if (given == unset) request = ProfileRequest::unset();
+            }
+            return run_policy(o->profiles, o->seqs, request);
+          }};
 }
 
 }  // namespace gearbox::cli

@@ -1,29 +1,16 @@
 // gearbox run: the multi-profile scenario (pins, automatic, named, an invalid pin), or
 // single calls.
 #include <cstdio>
+#include <memory>
 
+#include <CLI/CLI.hpp>
+
+#include "cli_args.h"
 #include "commands.h"
-#include "flags.h"
 #include "runner.h"
 
 namespace gearbox::cli {
 namespace {
-
-constexpr const char* kUsage = R"(usage: gearbox run FILE [options]
-
-Without --seq, runs the multi-profile scenario on an engine with profiles 'decode' and
-'prefill': a pinned prefill, pinned decodes, a second prefill length, automatic selection
-with seq 1 staying on the prefill profile (sticky), a call with no guard (profile 0), a
-named pin, and an invalid pin that must be rejected. Prints each call's profile and
-latency; exits 0 only if every call behaved as expected.
-
-  --seq L          instead, run one call of L tokens from position 0
-  --pin N          ... pinned to profile index N
-  --profile NAME   ... pinned to the profile called NAME
-  --auto           ... with automatic selection (default: no guard, profile 0)
-  --repeat N       ... N times (default 1)
-  --device D       cpu, cuda or auto (default auto)
-)";
 
 // Token ids made up for the scenario: spread over, and always inside, the vocabulary.
 std::vector<int64_t> made_up_ids(int64_t n, int64_t vocab, int64_t salt) {
@@ -92,53 +79,68 @@ int scenario(Runner& r) {
   return unexpected == 0 ? 0 : 1;
 }
 
-}  // namespace
+struct RunArgs {
+  std::string file;
+  std::string device = "auto";
+  std::string profile;
+  int64_t seq = 0;
+  int64_t pin = -1;
+  int64_t repeat = 1;
+  bool automatic = false;
+};
 
-int run_run(std::span<const std::string_view> args) {
-  std::string file, device_flag = "auto", profile_name;
-  int64_t seq = 0, pin = -1, repeat = 1;
-  bool automatic = false, pinned = false;
-  Flags flags(kUsage);
-  flags.positional("FILE", &file, true);
-  flags.flag("--seq", &seq);
-  flags.flag("--pin", &pin);
-  flags.flag("--profile", &profile_name);
-  flags.flag("--auto", &automatic);
-  flags.flag("--repeat", &repeat);
-  flags.flag("--device", &device_flag);
-  // --pin -1 must reach the engine (and be rejected there), so note whether it was given.
-  for (std::string_view a : args) pinned = pinned || a == "--pin";
-  if (Status s = flags.parse(args); !s.ok()) return fail("run", s, 2);
-  if (flags.help_requested()) return std::fputs(kUsage, stdout) >= 0 ? 0 : 1;
-  if (static_cast<int>(pinned) + static_cast<int>(!profile_name.empty()) + static_cast<int>(automatic) > 1) {
+// `pinned`: --pin was given (any value, -1 included, must reach the engine).
+int run_run(const RunArgs& o, bool pinned) {
+  if (static_cast<int>(pinned) + static_cast<int>(!o.profile.empty()) + static_cast<int>(o.automatic) > 1) {
     return fail("run", invalid_argument("give at most one of --pin, --profile and --auto"), 2);
   }
-  if (repeat < 1) return fail("run", invalid_argument("--repeat must be >= 1"), 2);
-  Result<DeviceKind> device = device_from_flag(device_flag);
+  if (o.repeat < 1) return fail("run", invalid_argument("--repeat must be >= 1"), 2);
+  Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("run", device.status(), 2);
-  Result<Runner> runner = Runner::open(file, *device);
+  Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("run", runner.status());
-  if (seq == 0) {
-    if (pinned || automatic || !profile_name.empty()) {
+  if (o.seq == 0) {
+    if (pinned || o.automatic || !o.profile.empty()) {
       return fail("run", invalid_argument("--pin, --profile and --auto go with --seq"), 2);
     }
     return scenario(*runner);
   }
-  if (seq < 1) return fail("run", invalid_argument("--seq must be >= 1"), 2);
+  if (o.seq < 1) return fail("run", invalid_argument("--seq must be >= 1"), 2);
   ProfileRequest request;
-  if (pinned) request = ProfileRequest::pinned(pin);
-  if (!profile_name.empty()) request = ProfileRequest::named(profile_name);
-  if (automatic) request = ProfileRequest::automatic();
-  const std::vector<int64_t> ids = made_up_ids(seq, runner->vocab(), 1);
+  if (pinned) request = ProfileRequest::pinned(o.pin);
+  if (!o.profile.empty()) request = ProfileRequest::named(o.profile);
+  if (o.automatic) request = ProfileRequest::automatic();
+  const std::vector<int64_t> ids = made_up_ids(o.seq, runner->vocab(), 1);
   Tensor logits;
-  for (int64_t i = 0; i < repeat; ++i) {
+  for (int64_t i = 0; i < o.repeat; ++i) {
     double ms = 0;
     const Status s = runner->call(ids, 0, request, logits, &ms);
     if (!s.ok()) return fail("run", s);
-    std::printf("seq %lld  %s  ran profile %s  %.3f ms\n", static_cast<long long>(seq), request.to_string().c_str(),
+    std::printf("seq %lld  %s  ran profile %s  %.3f ms\n", static_cast<long long>(o.seq), request.to_string().c_str(),
                 runner->profile_label(runner->session().active_profile()).c_str(), ms);
   }
   return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& gearbox) {
+  auto o = std::make_shared<RunArgs>();
+  CLI::App* app = gearbox.add_subcommand(
+      "run",
+      "run the multi-profile scenario on an engine, or single calls\n\n"
+      "Without --seq, runs the multi-profile scenario on an engine with profiles 'decode' and 'prefill': a pinned "
+      "prefill, pinned decodes, a second prefill length, automatic selection with seq 1 staying on the prefill "
+      "profile (sticky), a call with no guard (profile 0), a named pin, and an invalid pin that must be rejected. "
+      "Prints each call's profile and latency; exits 0 only if every call behaved as expected.");
+  app->add_option("FILE", o->file, "the engine file")->required();
+  add_int_option(*app, "--seq", o->seq, "instead, run one call of L tokens from position 0")->type_name("L");
+  const CLI::Option* pin = add_int_option(*app, "--pin", o->pin, "... pinned to profile index N");
+  app->add_option("--profile", o->profile, "... pinned to the profile called NAME")->type_name("NAME");
+  app->add_flag("--auto", o->automatic, "... with automatic selection (default: no guard, profile 0)");
+  add_int_option(*app, "--repeat", o->repeat, "... N times")->capture_default_str();
+  app->add_option("--device", o->device, "cpu, cuda or auto")->type_name("D")->capture_default_str();
+  return {app, [o, pin] { return run_run(*o, pin->count() > 0); }};
 }
 
 }  // namespace gearbox::cli

@@ -1,0 +1,53 @@
+# cmake -DGEARBOX=<gearbox> -DWORK_DIR=<dir> -P bench_json.cmake
+# `gearbox bench --json` escapes the strings it writes: a mini engine whose one-token profile
+# is named de"co\de is benched, and its JSON read back with CMake's parser must give the
+# name unchanged, with bench's keys and types.
+set(name [[de"co\de]])
+file(MAKE_DIRECTORY ${WORK_DIR})
+set(engine ${WORK_DIR}/escapes.gbx)
+set(json ${WORK_DIR}/escapes.json)
+file(REMOVE ${json})
+
+execute_process(COMMAND ${GEARBOX} build --mini -o ${engine} --max-seq 64 --device cpu
+                        --profile "${name}:1:1:1" --profile prefill:1:16:64
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "build: exit code ${rc}\n${out}${err}")
+endif()
+execute_process(COMMAND ${GEARBOX} bench ${engine} --context 16 --steps 2 --prefill 16 --rounds 1 --round-decodes 2
+                        --json ${json} --device cpu
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "bench: exit code ${rc}\n${out}${err}")
+endif()
+
+file(READ ${json} doc)
+string(JSON got ERROR_VARIABLE error GET "${doc}" decode 0 profile)
+if(error)
+  message(FATAL_ERROR "bench --json wrote what CMake cannot read (${error}):\n${doc}")
+endif()
+if(NOT got STREQUAL name)
+  message(FATAL_ERROR "the profile name came back as '${got}', not '${name}':\n${doc}")
+endif()
+string(FIND "${doc}" [["profile": "de\"co\\de"]] at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the profile name is not written as \"de\\\"co\\\\de\":\n${doc}")
+endif()
+foreach(key_type device:STRING weight_gb:NUMBER copy_gb_s:NUMBER decode:ARRAY prefill:ARRAY
+                 memory_overhead_percent:NUMBER switch_ms:NUMBER switch_into_decode_host_us:NUMBER
+                 switch_into_prefill_host_us:NUMBER round_switching_ms:NUMBER round_prefill_only_ms:NUMBER
+                 validated:BOOLEAN checked_calls:NUMBER)
+  string(REPLACE ":" ";" pair ${key_type})
+  list(GET pair 0 key)
+  list(GET pair 1 want)
+  string(JSON type ERROR_VARIABLE error TYPE "${doc}" ${key})
+  if(NOT type STREQUAL want)
+    message(FATAL_ERROR "'${key}' is ${type} (${error}), not ${want}:\n${doc}")
+  endif()
+endforeach()
+string(JSON ms TYPE "${doc}" decode 0 ms)
+string(JSON tokens GET "${doc}" prefill 0 tokens)
+if(NOT ms STREQUAL "NUMBER" OR NOT tokens EQUAL 16)
+  message(FATAL_ERROR "decode[0].ms is ${ms}, prefill[0].tokens is ${tokens}:\n${doc}")
+endif()
+message("${doc}")

@@ -1,0 +1,503 @@
+// Reading tokenizer.json: every field is checked, and one this reader does not implement
+// is an error naming it, never ignored.
+#include <initializer_list>
+#include <limits>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "models/json_describe.h"
+#include "tokenizer_json_internal.h"
+
+namespace gearbox::cli::hf_json {
+namespace {
+
+using Json = nlohmann::json;
+using models::describe_json;
+
+Status malformed(const std::string& field, const std::string& what) {
+  return data_loss("tokenizer.json: " + field + " " + what);
+}
+
+Status unsupported(const std::string& field, const std::string& value, const std::string& hint) {
+  return unimplemented("tokenizer.json: " + field + " " + value + " is not supported" +
+                       (hint.empty() ? "" : " (" + hint + ")"));
+}
+
+// One JSON object of the file and where it is ("normalizer.normalizers[1]"), for messages.
+class Node {
+ public:
+  Node(const Json& json, std::string path) : json_(json), path_(std::move(path)) {}
+
+  std::string field(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  const std::string& path() const { return path_; }
+
+  // An object whose keys are all in `known`: any other field is one this reader does not
+  // implement, and is reported rather than ignored.
+  Status expect_object(std::initializer_list<std::string_view> known) const {
+    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe_json(json_));
+    for (const auto& [key, value] : json_.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return unimplemented("tokenizer.json: the field " + field(key) +
+                             " is not supported (gearbox does not implement it)");
+      }
+    }
+    return {};
+  }
+  // The value of `key`, or null when absent or null.
+  const Json* find(std::string_view key) const {
+    const auto it = json_.find(key);
+    return it == json_.end() || it->is_null() ? nullptr : &*it;
+  }
+  Result<std::string> string(std::string_view key) const {
+    const Json* v = find(key);
+    if (v == nullptr) return malformed(field(key), "is missing");
+    if (!v->is_string()) return malformed(field(key), "must be a string, got " + describe_json(*v));
+    return *v->get_ptr<const std::string*>();
+  }
+  // A string of exactly one character (Metaspace's replacement, Strip's content).
+  Result<std::string> character(std::string_view key) const {
+    Result<std::string> s = string(key);
+    if (!s.ok()) return s;
+    if (s->empty() || count_chars(*s) != 1) return malformed(field(key), "must be one character, got '" + *s + "'");
+    return s;
+  }
+  Status boolean(std::string_view key, bool& out) const {
+    const Json* v = find(key);
+    if (v == nullptr) return {};
+    if (!v->is_boolean()) return malformed(field(key), "must be true or false, got " + describe_json(*v));
+    out = v->get<bool>();
+    return {};
+  }
+  Status unsigned_integer(std::string_view key, uint64_t& out) const {
+    const Json* v = find(key);
+    if (v == nullptr) return malformed(field(key), "is missing");
+    if (!v->is_number_unsigned()) return malformed(field(key), "must be a whole number >= 0, got " + describe_json(*v));
+    out = v->get<uint64_t>();
+    return {};
+  }
+  // {"String": s} ({"Regex": r} is not implemented).
+  Result<std::string> string_pattern(std::string_view key) const {
+    const Json* v = find(key);
+    if (v == nullptr) return malformed(field(key), "is missing");
+    const Node pattern(*v, field(key));
+    if (v->is_object() && v->size() == 1 && v->contains("Regex")) {
+      return unsupported(pattern.field("Regex"), "(a regular expression)", "only String patterns are implemented");
+    }
+    GEARBOX_RETURN_IF_ERROR(pattern.expect_object({"String"}));
+    return pattern.string("String");
+  }
+  Result<std::string> type() const {
+    if (!json_.is_object()) return malformed(path_, "must be an object, got " + describe_json(json_));
+    return string("type");
+  }
+
+ private:
+  const Json& json_;
+  std::string path_;
+};
+
+constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
+
+Status read_id(const Json& v, const std::string& field, int64_t& out) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxId)) {
+    return malformed(field, "must be a token id in [0, 2^31), got " + describe_json(v));
+  }
+  out = static_cast<int64_t>(v.get<uint64_t>());
+  return {};
+}
+
+Result<PrependScheme> read_prepend_scheme(const Node& node) {
+  // prepend_scheme, or (files before tokenizers 0.19) add_prefix_space: false means never.
+  PrependScheme scheme = PrependScheme::kAlways;
+  const Json* v = node.find("prepend_scheme");
+  if (v != nullptr) {
+    if (!v->is_string()) return malformed(node.field("prepend_scheme"), "must be a string, got " + describe_json(*v));
+    const std::string& s = *v->get_ptr<const std::string*>();
+    if (s == "always") {
+      scheme = PrependScheme::kAlways;
+    } else if (s == "first") {
+      scheme = PrependScheme::kFirst;
+    } else if (s == "never") {
+      scheme = PrependScheme::kNever;
+    } else {
+      return unsupported(node.field("prepend_scheme"), describe_json(*v), "known: always, first, never");
+    }
+  }
+  bool add_prefix_space = true;
+  GEARBOX_RETURN_IF_ERROR(node.boolean("add_prefix_space", add_prefix_space));
+  if (!add_prefix_space) {
+    if (v != nullptr && scheme != PrependScheme::kNever) {
+      return malformed(node.field("add_prefix_space"), "false contradicts prepend_scheme " + describe_json(*v));
+    }
+    scheme = PrependScheme::kNever;
+  }
+  return scheme;
+}
+
+// A Metaspace's replacement; str_rep (older files) must repeat it.
+Result<std::string> read_replacement(const Node& node) {
+  Result<std::string> replacement = node.character("replacement");
+  if (!replacement.ok()) return replacement;
+  if (node.find("str_rep") != nullptr) {
+    Result<std::string> rep = node.string("str_rep");
+    if (!rep.ok()) return rep.status();
+    if (*rep != *replacement) {
+      return unsupported(node.field("str_rep"), "'" + *rep + "'",
+                         "it must equal the replacement '" + *replacement + "'");
+    }
+  }
+  return replacement;
+}
+
+// A "Sequence" step: reads each entry of the list under `key` with `read`, in order.
+template <typename Step>
+Status read_sequence(const Node& node, const char* key, Status (*read)(const Node&, std::vector<Step>&),
+                     std::vector<Step>& steps) {
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", key}));
+  const Json* list = node.find(key);
+  if (list == nullptr || !list->is_array()) return malformed(node.field(key), "must be a list");
+  for (size_t i = 0; i < list->size(); ++i) {
+    GEARBOX_RETURN_IF_ERROR(read(Node((*list)[i], node.field(key) + "[" + std::to_string(i) + "]"), steps));
+  }
+  return {};
+}
+
+/// A "Metaspace" step (pre-tokenizer or decoder): its replacement, prepend scheme and split.
+Status read_metaspace(const Node& node, std::string& replacement, PrependScheme& scheme, bool& split) {
+  GEARBOX_RETURN_IF_ERROR(
+      node.expect_object({"type", "replacement", "prepend_scheme", "split", "add_prefix_space", "str_rep"}));
+  Result<std::string> r = read_replacement(node);
+  if (!r.ok()) return r.status();
+  Result<PrependScheme> s = read_prepend_scheme(node);
+  if (!s.ok()) return s.status();
+  GEARBOX_RETURN_IF_ERROR(node.boolean("split", split));
+  replacement = std::move(*r);
+  scheme = *s;
+  return {};
+}
+
+/// A "Replace" step (normalizer or decoder): a non-empty string pattern and its replacement.
+Status read_replace(const Node& node, std::string& pattern, std::string& content) {
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "content"}));
+  Result<std::string> p = node.string_pattern("pattern");
+  if (!p.ok()) return p.status();
+  if (p->empty()) return unsupported(node.field("pattern.String"), "''", "an empty pattern");
+  Result<std::string> c = node.string("content");
+  if (!c.ok()) return c.status();
+  pattern = std::move(*p);
+  content = std::move(*c);
+  return {};
+}
+
+Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
+  Result<std::string> type = node.type();
+  if (!type.ok()) return type.status();
+  if (*type == "Sequence") return read_sequence(node, "normalizers", &read_normalizer, steps);
+  NormalizerStep step;
+  if (*type == "Replace") {
+    GEARBOX_RETURN_IF_ERROR(read_replace(node, step.pattern, step.content));
+  } else if (*type == "Prepend") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "prepend"}));
+    Result<std::string> prepend = node.string("prepend");
+    if (!prepend.ok()) return prepend.status();
+    step.prepend = true;
+    step.content = std::move(*prepend);
+  } else {
+    return unsupported(node.field("type"), "'" + *type + "'",
+                       "gearbox implements the normalizers Sequence, Replace and Prepend");
+  }
+  steps.push_back(std::move(step));
+  return {};
+}
+
+Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps) {
+  Result<std::string> type = node.type();
+  if (!type.ok()) return type.status();
+  if (*type == "Sequence") return read_sequence(node, "pretokenizers", &read_pre_tokenizer, steps);
+  PreTokenizerStep step;
+  if (*type == "Metaspace") {
+    GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, step.prepend, step.split));
+    step.metaspace = true;
+  } else if (*type == "Split") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "behavior", "invert"}));
+    Result<std::string> pattern = node.string_pattern("pattern");
+    if (!pattern.ok()) return pattern.status();
+    Result<std::string> behavior = node.string("behavior");
+    if (!behavior.ok()) return behavior.status();
+    static const std::pair<std::string_view, SplitBehavior> kBehaviors[] = {
+        {"Removed", SplitBehavior::kRemoved},
+        {"Isolated", SplitBehavior::kIsolated},
+        {"MergedWithPrevious", SplitBehavior::kMergedWithPrevious},
+        {"MergedWithNext", SplitBehavior::kMergedWithNext},
+        {"Contiguous", SplitBehavior::kContiguous}};
+    const auto* known =
+        std::find_if(std::begin(kBehaviors), std::end(kBehaviors), [&](const auto& b) { return b.first == *behavior; });
+    if (known == std::end(kBehaviors)) {
+      return unsupported(node.field("behavior"), "'" + *behavior + "'",
+                         "known: Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
+    }
+    bool invert = false;
+    GEARBOX_RETURN_IF_ERROR(node.boolean("invert", invert));
+    if (invert) return unsupported(node.field("invert"), "true", "only invert: false is implemented");
+    step.pattern = std::move(*pattern);
+    step.behavior = known->second;
+  } else {
+    return unsupported(node.field("type"), "'" + *type + "'",
+                       "gearbox implements the pre-tokenizers Sequence, Metaspace and Split");
+  }
+  steps.push_back(std::move(step));
+  return {};
+}
+
+Status read_decoder(const Node& node, std::vector<DecoderStep>& steps) {
+  Result<std::string> type = node.type();
+  if (!type.ok()) return type.status();
+  if (*type == "Sequence") return read_sequence(node, "decoders", &read_decoder, steps);
+  DecoderStep step;
+  if (*type == "Replace") {
+    GEARBOX_RETURN_IF_ERROR(read_replace(node, step.pattern, step.content));
+    step.kind = DecoderKind::kReplace;
+  } else if (*type == "ByteFallback") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type"}));
+    step.kind = DecoderKind::kByteFallback;
+  } else if (*type == "Fuse") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type"}));
+    step.kind = DecoderKind::kFuse;
+  } else if (*type == "Strip") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "content", "start", "stop"}));
+    Result<std::string> content = node.character("content");
+    if (!content.ok()) return content.status();
+    step.kind = DecoderKind::kStrip;
+    step.pattern = std::move(*content);
+    GEARBOX_RETURN_IF_ERROR(node.unsigned_integer("start", step.start));
+    GEARBOX_RETURN_IF_ERROR(node.unsigned_integer("stop", step.stop));
+  } else if (*type == "Metaspace") {
+    PrependScheme scheme = PrependScheme::kAlways;
+    bool split = true;  // decoding does not depend on it
+    GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, scheme, split));
+    step.kind = DecoderKind::kMetaspace;
+    step.drop_first = scheme != PrependScheme::kNever;
+  } else {
+    return unsupported(node.field("type"), "'" + *type + "'",
+                       "gearbox implements the decoders Sequence, Replace, ByteFallback, Fuse, Strip and Metaspace");
+  }
+  steps.push_back(std::move(step));
+  return {};
+}
+
+// The post-processor adds special tokens around a sequence; gearbox's callers add the BOS
+// themselves (`gearbox generate` from "tokenizer.bos"), so only the templates that add
+// nothing else are accepted.
+Status read_post_processor(const Node& node) {
+  Result<std::string> type = node.type();
+  if (!type.ok()) return type.status();
+  if (*type != "TemplateProcessing") {
+    return unsupported(node.field("type"), "'" + *type + "'", "gearbox implements TemplateProcessing with [BOS] $A");
+  }
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "single", "pair", "special_tokens"}));
+  const Json* single = node.find("single");
+  if (single == nullptr || !single->is_array()) return malformed(node.field("single"), "must be a list");
+  const auto is_sequence_a = [](const Json& piece) {
+    return piece.is_object() && piece.contains("Sequence") && piece["Sequence"].is_object() &&
+           piece["Sequence"].value("id", "") == "A";
+  };
+  const bool ok = (single->size() == 1 && is_sequence_a((*single)[0])) ||
+                  (single->size() == 2 && (*single)[0].is_object() && (*single)[0].contains("SpecialToken") &&
+                   is_sequence_a((*single)[1]));
+  if (!ok) {
+    return unsupported(node.field("single"), single->dump(),
+                       "gearbox adds the BOS itself: only the templates [BOS] $A and $A are implemented");
+  }
+  return {};
+}
+
+Status read_model(const Node& node, Bpe& bpe) {
+  Result<std::string> type = node.type();
+  if (!type.ok()) return type.status();
+  if (*type != "BPE") {
+    return unsupported(node.field("type"), "'" + *type + "'",
+                       "gearbox implements BPE, the model of Gemma, Llama-2 and Mistral tokenizers");
+  }
+  GEARBOX_RETURN_IF_ERROR(
+      node.expect_object({"type", "dropout", "unk_token", "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk",
+                          "byte_fallback", "ignore_merges", "vocab", "merges"}));
+  if (const Json* dropout = node.find("dropout"); dropout != nullptr) {
+    if (!dropout->is_number() || dropout->get<double>() != 0.0) {
+      return unsupported(node.field("dropout"), describe_json(*dropout), "only null: encoding must be deterministic");
+    }
+  }
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
+    if (const Json* v = node.find(key); v != nullptr && !(v->is_string() && v->get_ref<const std::string&>().empty())) {
+      return unsupported(node.field(key), describe_json(*v), "only null is implemented");
+    }
+  }
+  if (node.find("unk_token") != nullptr) {
+    Result<std::string> unk = node.string("unk_token");
+    if (!unk.ok()) return unk.status();
+    bpe.unk_token = std::move(*unk);
+  }
+  GEARBOX_RETURN_IF_ERROR(node.boolean("fuse_unk", bpe.fuse_unk));
+  GEARBOX_RETURN_IF_ERROR(node.boolean("byte_fallback", bpe.byte_fallback));
+  GEARBOX_RETURN_IF_ERROR(node.boolean("ignore_merges", bpe.ignore_merges));
+
+  const Json* vocab = node.find("vocab");
+  if (vocab == nullptr || !vocab->is_object()) return malformed(node.field("vocab"), "must be an object {token: id}");
+  bpe.vocab.reserve(vocab->size());
+  bpe.tokens.reserve(vocab->size());
+  for (const auto& [token, value] : vocab->items()) {
+    int64_t id = 0;
+    GEARBOX_RETURN_IF_ERROR(read_id(value, node.field("vocab") + "['" + token + "']", id));
+    if (const auto [it, inserted] = bpe.tokens.emplace(id, token); !inserted) {
+      return malformed(node.field("vocab"),
+                       "gives the id " + std::to_string(id) + " to both '" + it->second + "' and '" + token + "'");
+    }
+    bpe.vocab.emplace(token, id);
+  }
+  for (size_t b = 0; b < 256; ++b) {
+    static constexpr char kHex[] = "0123456789ABCDEF";
+    const std::string name = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
+    const auto it = bpe.vocab.find(name);
+    bpe.byte_ids[b] = it == bpe.vocab.end() ? -1 : it->second;
+  }
+
+  const Json* merges = node.find("merges");
+  if (merges == nullptr || !merges->is_array()) return malformed(node.field("merges"), "must be a list");
+  const size_t count = merges->size();
+  if (count > std::numeric_limits<uint32_t>::max()) return malformed(node.field("merges"), "has too many entries");
+  bpe.merges.reserve(count);
+  for (size_t rank = 0; rank < count; ++rank) {
+    const Json& m = (*merges)[rank];
+    const std::string field = node.field("merges") + "[" + std::to_string(rank) + "]";
+    std::string left;
+    std::string right;
+    if (m.is_string()) {  // "left right"
+      const std::string& s = m.get_ref<const std::string&>();
+      const size_t space = s.find(' ');
+      if (space == kNpos) return malformed(field, "must be two tokens separated by a space, got " + describe_json(m));
+      left = s.substr(0, space);
+      right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
+      left = m[0].get<std::string>();
+      right = m[1].get<std::string>();
+    } else {
+      return malformed(field, "must be \"left right\" or [\"left\", \"right\"], got " + describe_json(m));
+    }
+    const auto l = bpe.vocab.find(left);
+    const auto r = bpe.vocab.find(right);
+    const auto merged = bpe.vocab.find(left + right);
+    for (const auto& [it, token] : {std::pair(l, left), std::pair(r, right), std::pair(merged, left + right)}) {
+      if (it == bpe.vocab.end()) return malformed(field, "names '" + token + "', which is not in model.vocab");
+    }
+    // Later entries replace earlier ones, as in `tokenizers` (a HashMap collected in order).
+    bpe.merges[Bpe::pair_key(l->second, r->second)] = {static_cast<uint32_t>(rank), merged->second};
+  }
+  return {};
+}
+
+Status read_added_tokens(const Json* list, HfTokenizer::Impl& t) {
+  if (list == nullptr) return {};
+  if (!list->is_array()) return malformed("added_tokens", "must be a list");
+  // The ids `tokenizers` gives (AddedVocabulary::add_tokens): the vocabulary's own for a
+  // token in it, else the next one after the model's. A file that says otherwise would
+  // tokenize differently there than it claims, so it is refused.
+  const auto model_size = static_cast<int64_t>(t.bpe.vocab.size());
+  int64_t max_added = -1;
+  for (size_t i = 0; i < list->size(); ++i) {
+    const Node node((*list)[i], "added_tokens[" + std::to_string(i) + "]");
+    GEARBOX_RETURN_IF_ERROR(
+        node.expect_object({"id", "content", "single_word", "lstrip", "rstrip", "normalized", "special"}));
+    AddedToken token;
+    Result<std::string> content = node.string("content");
+    if (!content.ok()) return content.status();
+    token.content = std::move(*content);
+    const Json* id = node.find("id");
+    if (id == nullptr) return malformed(node.field("id"), "is missing");
+    GEARBOX_RETURN_IF_ERROR(read_id(*id, node.field("id"), token.id));
+    bool single_word = false;
+    GEARBOX_RETURN_IF_ERROR(node.boolean("single_word", single_word));
+    if (single_word) return unsupported(node.field("single_word"), "true", "tokens matched only as whole words");
+    GEARBOX_RETURN_IF_ERROR(node.boolean("lstrip", token.lstrip));
+    GEARBOX_RETURN_IF_ERROR(node.boolean("rstrip", token.rstrip));
+    GEARBOX_RETURN_IF_ERROR(node.boolean("special", token.special));
+    token.normalized = !token.special;  // the default, as in AddedToken::from
+    GEARBOX_RETURN_IF_ERROR(node.boolean("normalized", token.normalized));
+    if (token.content.empty()) continue;  // `tokenizers` ignores these too: they cannot match
+    if (t.added_by_content.count(token.content) != 0) {
+      return malformed(node.path(), "repeats the added token '" + token.content + "'");
+    }
+    int64_t expected = 0;
+    if (const auto it = t.bpe.vocab.find(token.content); it != t.bpe.vocab.end()) {
+      expected = it->second;
+    } else {
+      expected = max_added < 0 ? model_size : (max_added >= model_size || model_size == 0 ? max_added + 1 : model_size);
+    }
+    if (token.id != expected) {
+      return malformed(node.path(), "gives '" + token.content + "' the id " + std::to_string(token.id) +
+                                        ", but the tokenizers library would give it " + std::to_string(expected) +
+                                        " (the vocabulary's id, or the next id after the model's)");
+    }
+    max_added = std::max(max_added, token.id);
+    if (t.added_by_id.count(token.id) != 0) return malformed(node.path(), "repeats the id " + std::to_string(token.id));
+    t.added_by_content.emplace(token.content, t.added.size());
+    t.added_by_id.emplace(token.id, t.added.size());
+    if (token.special) t.special.insert(token.content);
+    t.added.push_back(std::move(token));
+  }
+  return {};
+}
+
+}  // namespace
+
+Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
+  const Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) return data_loss("tokenizer.json is not valid JSON");
+  const Node top(root, "");
+  GEARBOX_RETURN_IF_ERROR(top.expect_object({"version", "truncation", "padding", "added_tokens", "normalizer",
+                                             "pre_tokenizer", "post_processor", "decoder", "model"}));
+  if (const Json* version = top.find("version"); version != nullptr && *version != "1.0") {
+    return unsupported("version", describe_json(*version), "gearbox reads version 1.0");
+  }
+  for (const char* key : {"truncation", "padding"}) {
+    if (const Json* v = top.find(key); v != nullptr) {
+      return unsupported(key, describe_json(*v), "gearbox never truncates or pads; only null is implemented");
+    }
+  }
+  const Json* model = top.find("model");
+  if (model == nullptr) return malformed("model", "is missing");
+  GEARBOX_RETURN_IF_ERROR(read_model(Node(*model, "model"), t.bpe));
+  if (const Json* v = top.find("normalizer"); v != nullptr) {
+    GEARBOX_RETURN_IF_ERROR(read_normalizer(Node(*v, "normalizer"), t.normalizer));
+  }
+  if (const Json* v = top.find("pre_tokenizer"); v != nullptr) {
+    GEARBOX_RETURN_IF_ERROR(read_pre_tokenizer(Node(*v, "pre_tokenizer"), t.pre_tokenizer));
+  }
+  if (const Json* v = top.find("decoder"); v != nullptr) {
+    t.has_decoder = true;
+    GEARBOX_RETURN_IF_ERROR(read_decoder(Node(*v, "decoder"), t.decoder));
+  }
+  if (const Json* v = top.find("post_processor"); v != nullptr) {
+    GEARBOX_RETURN_IF_ERROR(read_post_processor(Node(*v, "post_processor")));
+  }
+  GEARBOX_RETURN_IF_ERROR(read_added_tokens(top.find("added_tokens"), t));
+
+  // Normalized tokens match, and decode from, their normalized form (`tokenizers` 0.22+).
+  for (size_t i = 0; i < t.added.size(); ++i) {
+    AddedToken& token = t.added[i];
+    token.decoded = token.normalized ? t.normalize(token.content) : token.content;
+    if (token.normalized) {
+      t.normalized_matcher.add(token.decoded, i);
+    } else {
+      t.raw_matcher.add(token.content, i);
+    }
+  }
+  t.raw_matcher.finish();
+  t.normalized_matcher.finish();
+  for (const auto& [id, token] : t.bpe.tokens) t.vocab_size = std::max(t.vocab_size, id + 1);
+  for (const AddedToken& token : t.added) t.vocab_size = std::max(t.vocab_size, token.id + 1);
+  return {};
+}
+
+}  // namespace gearbox::cli::hf_json
