@@ -37,8 +37,9 @@ def _is_bookkeeping(node: Node) -> bool:
     reported, not counted as compute."""
     if op_key(node.target).startswith("gearbox."):
         return False
-    v = tensor_val(node)
-    return v is None or not v.dtype.is_floating_point
+    v = node.meta.get("val")
+    values = v if isinstance(v, (tuple, list)) else [v]
+    return not any(isinstance(t, torch.Tensor) and t.dtype.is_floating_point for t in values)
 
 
 def _counted(node: Node) -> bool:

@@ -168,18 +168,28 @@ def evaluate(outputs: Sequence[Node], state: ProgramState, given: Dict[Node, obj
     return [env[o] for o in outputs]
 
 
-def add_node(graph: torch.fx.Graph, target, args, kwargs=None, like: Optional[Node] = None) -> Node:
-    """A new call_function node with its fake value computed from its inputs' values,
-    placed before the graph's first user of it is inserted (the caller's insert point)."""
+def add_node(graph: torch.fx.Graph, target, args, kwargs=None, like: Optional[Node] = None,
+             fake_args: Optional[tuple] = None) -> Node:
+    """A new call_function node at the graph's insert point, its fake value computed from
+    its inputs' values (or from fake_args: a view's shape with the symbolic extent in
+    place of -1, which would otherwise make the shape environment specialize it)."""
     node = graph.call_function(target, tuple(args), kwargs or {})
-    fake_args = torch.fx.node.map_arg(node.args, lambda a: a.meta["val"])
+    fake_args = torch.fx.node.map_arg(fake_args if fake_args is not None else node.args, lambda a: a.meta["val"])
     fake_kwargs = torch.fx.node.map_arg(node.kwargs, lambda a: a.meta["val"])
     mode = torch._guards.detect_fake_mode([v for v in torch.utils._pytree.tree_leaves((fake_args, fake_kwargs))
                                            if isinstance(v, torch.Tensor)])
     if mode is None:
         raise RuntimeError(f"no fake mode for a new {target} node")
-    with mode:
-        node.meta["val"] = target(*fake_args, **fake_kwargs)
+    with mode, torch.no_grad():
+        key = op_key(target)
+        # The *_copy ops' meta functions specialize a symbolic extent to its example value;
+        # the tensor methods give the same value and keep the symbol.
+        if key == "aten.view_copy.default":
+            node.meta["val"] = fake_args[0].reshape(fake_args[1]).contiguous()
+        elif key == "aten.permute_copy.default":
+            node.meta["val"] = fake_args[0].permute(fake_args[1]).contiguous()
+        else:
+            node.meta["val"] = target(*fake_args, **fake_kwargs)
     if like is not None:
         for key in ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node", "torch_fn"):
             if key in like.meta:

@@ -120,7 +120,9 @@ def rebuild(graph: torch.fx.Graph, src: Node, form: Form, like: Node) -> Node:
 
     if form.kind == FLAT:
         return src
-    view = add_node(graph, exir_ops.edge.aten.view_copy.default, (src, [1, -1, form.heads, form.head_dim]), like=like)
+    t = src.meta["val"].shape[1]
+    view = add_node(graph, exir_ops.edge.aten.view_copy.default, (src, [1, -1, form.heads, form.head_dim]), like=like,
+                    fake_args=(src, [1, t, form.heads, form.head_dim]))
     if form.kind == HEADS:
         return view
     return add_node(graph, exir_ops.edge.aten.permute_copy.default, (view, [0, 2, 1, 3]), like=like)

@@ -198,12 +198,27 @@ assert GearboxBackend.__name__ == ids.BACKEND_ID
 
 def to_edge_transform_and_lower(programs, partitioner, transform_passes=(), compile_config=None, **kwargs):
     """ExecuTorch's to_edge_transform_and_lower with gearbox's pattern rewrites run first
-    (gearbox.patterns.GearboxRewritePass) and an edge config that admits gearbox ops.
-    Arguments as ExecuTorch's; returns its EdgeProgramManager."""
+    (gearbox.patterns.GearboxRewritePass), an edge config that admits gearbox ops, and the
+    ops kept whole for gearbox but left on ExecuTorch decomposed for its portable kernels
+    (gearbox.leftovers). Arguments as ExecuTorch's; returns its EdgeProgramManager."""
     from executorch.exir import EdgeCompileConfig
     from executorch.exir import to_edge_transform_and_lower as et_lower
 
+    from gearbox.leftovers import decompose_leftovers
     from gearbox.patterns import GearboxRewritePass
 
-    return et_lower(programs, transform_passes=[GearboxRewritePass(), *transform_passes], partitioner=partitioner,
-                    compile_config=compile_config or EdgeCompileConfig(_check_ir_validity=False), **kwargs)
+    manager = et_lower(programs, transform_passes=[GearboxRewritePass(), *transform_passes],
+                       partitioner=partitioner,
+                       compile_config=compile_config or EdgeCompileConfig(_check_ir_validity=False), **kwargs)
+    for name in manager.methods:
+        program = manager.exported_program(name)
+        orphans = [n.name for n in program.graph_module.graph.nodes if lowering.gearbox_op_name(n.target)]
+        if orphans:
+            raise lowering.LoweringError(
+                f"method {name}: gearbox ops outside every delegate have no ExecuTorch kernel: {', '.join(orphans)} "
+                "(the partitioner's report says why they were not delegated)")
+        stuck = decompose_leftovers(program)
+        if stuck:
+            print(f"gearbox: method {name}: no portable form for {', '.join(stuck)} left on ExecuTorch",
+                  file=sys.stderr)
+    return manager

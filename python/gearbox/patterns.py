@@ -402,7 +402,8 @@ class Rewriter:
         # The cache writes stay, now written from the IR's own tensors at the positions, so
         # that the delegate takes them (and the buffers) with the attention.
         with self._insert_before(first):
-            index = add_node(self.graph, _edge("aten.view_copy.default"), (positions, [-1]), like=node)
+            index = add_node(self.graph, _edge("aten.view_copy.default"), (positions, [-1]), like=node,
+                             fake_args=(positions, [positions.meta["val"].shape[1]]))
         for target, (_, _, _, vf) in zip(targets, writes):
             with self._insert_before(target):
                 value = rebuild(self.graph, vf.src, vf, node)
