@@ -1,7 +1,6 @@
 """GearboxPartitioner and the GearboxBackend preprocess for ExecuTorch.
 
-    from executorch.exir import to_edge_transform_and_lower
-    from gearbox.partitioner import GearboxPartitioner, Profile
+    from gearbox.partitioner import GearboxPartitioner, Profile, to_edge_transform_and_lower
 
     seq = torch.export.Dim("seq", min=1, max=512)
     ep = torch.export.export(model, (tokens, positions), dynamic_shapes=({1: seq}, {1: seq}))
@@ -9,9 +8,12 @@
                                      default_profile="automatic")
     pte = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch()
 
-The partitioner claims every gearbox op (and the parameters they read) as one partition;
-preprocess lowers it to gearbox's network description and builds the engine whose bytes
-become the delegate blob. The exported `Dim` must span the union of the profiles.
+to_edge_transform_and_lower runs gearbox's pattern rewrites (gearbox.patterns) before
+ExecuTorch partitions. The partitioner claims what the converter registry accepts
+(gearbox.converters) in convex partitions, each one delegate (gearbox.capability), and
+prints what it delegated and why the rest was not; preprocess lowers each partition to
+gearbox's network description and builds the engine whose bytes become the delegate blob.
+The exported `Dim` must span the union of the profiles.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import json
 import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
-import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
