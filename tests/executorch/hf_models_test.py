@@ -6,7 +6,7 @@ Every compute node must land in one gearbox delegate, and a prompt then decode s
 through ExecuTorch's Python runtime must match eager PyTorch within 1e-4 (f32).
 
 Needs $GEARBOX_CLI (the engine build) and $GEARBOX_ET_LIB (libgearbox_executorch).
-usage: hf_models_test.py [MODEL ...]   (default: llama gemma3; also qwen2, qwen3)
+usage: hf_models_test.py [MODEL ...]   (default, in CI: llama gemma3; also qwen2, qwen3)
 """
 import ctypes
 import os
