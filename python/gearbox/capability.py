@@ -30,6 +30,7 @@ KEEP_WHOLE = (torch.ops.aten.linear.default, torch.ops.aten.scaled_dot_product_a
 _BINDABLE = (torch.float32, torch.bfloat16, torch.float16, torch.int32, torch.int64)
 _NOT_COUNTED = ("", "executorch_call_delegate")
 _MAX_ROUNDS = 16
+_NOT_CLAIMED = "not claimed by this partitioner"
 
 
 def _is_bookkeeping(node: Node) -> bool:
@@ -135,7 +136,7 @@ def plan_partitions(program, claim: Optional[Callable[[Node], bool]] = None) -> 
         if not _counted(node) or "delegation_tag" in node.meta:
             continue
         if claim is not None and not claim(node):
-            verdicts[node] = "not claimed by this partitioner"
+            verdicts[node] = _NOT_CLAIMED
             continue
         verdicts[node] = supported(node, state)
 
@@ -159,6 +160,8 @@ def plan_partitions(program, claim: Optional[Callable[[Node], bool]] = None) -> 
     report.misses = list(meta.get("misses", []))
     taken = {n for p in partitions for n in p}
     for node, reason in verdicts.items():
+        if reason == _NOT_CLAIMED:
+            continue  # another partitioner's
         bookkeeping = _is_bookkeeping(node)
         if not bookkeeping:
             report.compute += 1

@@ -83,7 +83,16 @@ class Rewriter:
                     self.graph.erase_node(node)  # fx keeps seeded ops (SDPA) it thinks impure
                     self.done[name] = self.done.get(name, 0) + 1
             self._cleanup()
+        self._rename_outputs()
         return self
+
+    def _rename_outputs(self) -> None:
+        # A rewritten node that was a program output gives its place to the new node; the
+        # signature names outputs by node, so it follows.
+        outputs = self.graph.output_node().args[0]
+        for spec, arg in zip(self.program.graph_signature.output_specs, outputs):
+            if isinstance(arg, Node) and getattr(spec.arg, "name", None) not in (None, arg.name):
+                spec.arg.name = arg.name
 
     def _cleanup(self) -> None:
         # Layout round trips left by the rewrites (view -> permute -> permute -> view of one
