@@ -56,6 +56,7 @@ class Gemma3Config:
         Fields gearbox does not implement raise ValueError naming the field."""
         with open(os.path.join(directory, "config.json")) as f:
             c = json.load(f)
+        check_architecture(c, directory)
         c = c.get("text_config", c)
         for field, ok in (("attn_logit_softcapping", None), ("final_logit_softcapping", None),
                           ("attention_bias", False)):
@@ -94,6 +95,23 @@ class Gemma3Config:
             query_pre_attn_scalar=c.get("query_pre_attn_scalar", 256), tie_embeddings=c.get("tie_word_embeddings", True),
             max_context=max_context, bos_token_id=c.get("bos_token_id", 2),
             eos_token_ids=tuple(eos if isinstance(eos, list) else [eos]))
+
+
+# config.json model_type values this Gemma-3 reads (text-only and multimodal checkpoints).
+SUPPORTED_MODEL_TYPES = ("gemma3", "gemma3_text")
+
+
+def check_architecture(config: dict, directory: str) -> None:
+    """Raises ValueError naming the architecture when config.json is not a Gemma-3."""
+    text = config.get("text_config", config)
+    model_type = text.get("model_type") or config.get("model_type")
+    if model_type in SUPPORTED_MODEL_TYPES:
+        return
+    architectures = ", ".join(config.get("architectures") or []) or "no architectures listed"
+    raise ValueError(f"{directory} is a {model_type or 'model without a model_type'} checkpoint ({architectures}); "
+                     f"this export reads Gemma-3 ({', '.join(SUPPORTED_MODEL_TYPES)}). Export other models with "
+                     "transformers' TorchExportableModuleForDecoderOnlyLM and gearbox's to_edge_transform_and_lower "
+                     "(docs/tutorial.md)")
 
 
 class _Weight(nn.Module):

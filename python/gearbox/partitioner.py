@@ -1,7 +1,6 @@
 """GearboxPartitioner and the GearboxBackend preprocess for ExecuTorch.
 
-    from executorch.exir import to_edge_transform_and_lower
-    from gearbox.partitioner import GearboxPartitioner, Profile
+    from gearbox.partitioner import GearboxPartitioner, Profile, to_edge_transform_and_lower
 
     seq = torch.export.Dim("seq", min=1, max=512)
     ep = torch.export.export(model, (tokens, positions), dynamic_shapes=({1: seq}, {1: seq}))
@@ -9,25 +8,29 @@
                                      default_profile="automatic")
     pte = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch()
 
-The partitioner claims every gearbox op (and the parameters they read) as one partition;
-preprocess lowers it to gearbox's network description and builds the engine whose bytes
-become the delegate blob. The exported `Dim` must span the union of the profiles.
+to_edge_transform_and_lower runs gearbox's pattern rewrites (gearbox.patterns) before
+ExecuTorch partitions. The partitioner claims what the converter registry accepts
+(gearbox.converters) in convex partitions, each one delegate (gearbox.capability), and
+prints what it delegated and why the rest was not; preprocess lowers each partition to
+gearbox's network description and builds the engine whose bytes become the delegate blob.
+The exported `Dim` must span the union of the profiles.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from typing import Callable, Dict, List, Optional, Sequence
 
-import torch
 from executorch.exir.backend.backend_details import BackendDetails, PreprocessResult
 from executorch.exir.backend.compile_spec_schema import CompileSpec
 from executorch.exir.backend.partitioner import DelegationSpec, Partitioner, PartitionResult
-from executorch.exir.backend.utils import tag_constant_data
+from executorch.exir.backend.utils import tag_constant_data, tag_mutated_buffer
 
 from gearbox import backend_id as ids
 from gearbox import lowering
+from gearbox.capability import KEEP_WHOLE, DelegationReport, plan_partitions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +78,16 @@ class GearboxPartitioner(Partitioner):
     build_device: the device the tactics are timed on at export ("cpu" here; an engine
         loaded on another device tunes there on first load).
     metadata: string pairs stored in the engine (e.g. Gemma3.metadata(): vocab, tokens).
-    claim: which gearbox-op nodes this partitioner takes (default: all); e.g. those of one
-        submodule, so that two partitioners give one method two engines.
+    claim: which nodes this partitioner may take (default: all it can run); e.g. those of
+        one submodule, so that two partitioners give one method two engines.
+    report: print what was delegated, and why the rest was not, to stderr.
+    require_full: raise IncompleteDelegationError when compute stays on ExecuTorch.
     """
 
     def __init__(self, profiles: Sequence[Profile], default_profile=None, max_context: Optional[int] = None,
                  context: Optional[str] = None, device: str = "auto", build_device: str = "cpu",
-                 metadata: Optional[Dict[str, str]] = None, claim: Optional[Callable] = None):
+                 metadata: Optional[Dict[str, str]] = None, claim: Optional[Callable] = None,
+                 report: bool = True, require_full: bool = False):
         super().__init__()
         profiles = [p if isinstance(p, Profile) else Profile(*p) for p in profiles]
         if not profiles:
@@ -98,6 +104,12 @@ class GearboxPartitioner(Partitioner):
             raise ValueError("device must be auto, cpu or cuda; build_device cpu or cuda")
         self.profiles = profiles
         self.claim = claim
+        self.report = report
+        self.require_full = require_full
+        self.last_report: Optional[DelegationReport] = None
+        self._partitioned = False
+        self._next_tag = 0
+        self._max_context_given = max_context is not None
         self.max_context = max_context or max(p.max for p in profiles)
         if self.max_context < max(p.max for p in profiles):
             raise ValueError(f"max_context {self.max_context} is below the largest profile max")
@@ -117,19 +129,48 @@ class GearboxPartitioner(Partitioner):
         """(min, max) of the sequence over the union of the profiles: the exported Dim."""
         return min(p.min for p in self.profiles), max(p.max for p in self.profiles)
 
+    def ops_to_not_decompose(self, ep):
+        """linear, SDPA, SiLU and GELU reach the rewrites and converters whole. Asked again
+        after partition() (ExecuTorch's check that kept ops were delegated), it accepts what
+        stays on ExecuTorch undecomposed: the report names it."""
+        return list(KEEP_WHOLE), (lambda node: False) if self._partitioned else None
+
     def partition(self, exported_program) -> PartitionResult:
-        tag = "gearbox_0"
-        claimed = 0
-        for node in exported_program.graph_module.graph.nodes:
-            if (node.op == "call_function" and lowering.gearbox_op_name(node.target) is not None
-                    and "delegation_tag" not in node.meta and (self.claim is None or self.claim(node))):
-                node.meta["delegation_tag"] = tag
-                claimed += 1
+        self._partitioned = True
+        plan = plan_partitions(exported_program, self.claim)
         tags: Dict[str, DelegationSpec] = {}
-        if claimed:
+        for i, part in enumerate(plan.partitions):
+            tag = f"gearbox_{self._next_tag + i}"
+            for node in part:
+                node.meta["delegation_tag"] = tag
+            tags[tag] = DelegationSpec(ids.BACKEND_ID, self._specs(plan.cache_rows.get(i)))
+        self._next_tag += len(plan.partitions)
+        if tags:
             tag_constant_data(exported_program)
-            tags[tag] = self.delegation_spec
+            tag_mutated_buffer(exported_program)
+        self.last_report = plan.report
+        if self.require_full and plan.report.left_compute:
+            raise IncompleteDelegationError(plan.report.text())
+        if self.report:
+            print(plan.report.text(), file=sys.stderr)
         return PartitionResult(tagged_exported_program=exported_program, partition_tags=tags)
+
+    def _specs(self, cache_rows: Optional[int]) -> List[CompileSpec]:
+        max_context = self.max_context
+        if cache_rows is not None:
+            if self._max_context_given and self.max_context != cache_rows:
+                raise ValueError(f"max_context {self.max_context} differs from the model's KV cache of {cache_rows} "
+                                 "rows (export the model with max_cache_len = max_context)")
+            max_context = cache_rows
+        if max_context < max(p.max for p in self.profiles):
+            raise ValueError(f"the context of {max_context} rows is below the largest profile max "
+                             f"{max(p.max for p in self.profiles)}")
+        specs = [s for s in self.delegation_spec.compile_specs if s.key != ids.SPEC_BUILD_PREFIX + "max_context"]
+        return specs + [CompileSpec(ids.SPEC_BUILD_PREFIX + "max_context", str(max_context).encode())]
+
+
+class IncompleteDelegationError(RuntimeError):
+    """require_full=True and part of the program's compute stays on ExecuTorch."""
 
 
 def _spec(compile_specs: List[CompileSpec], key: str, default=None) -> Optional[str]:
@@ -154,3 +195,31 @@ class GearboxBackend(BackendDetails):
 
 
 assert GearboxBackend.__name__ == ids.BACKEND_ID
+
+
+def to_edge_transform_and_lower(programs, partitioner, transform_passes=(), compile_config=None, **kwargs):
+    """ExecuTorch's to_edge_transform_and_lower with gearbox's pattern rewrites run first
+    (gearbox.patterns.GearboxRewritePass), an edge config that admits gearbox ops, and the
+    ops kept whole for gearbox but left on ExecuTorch decomposed for its portable kernels
+    (gearbox.leftovers). Arguments as ExecuTorch's; returns its EdgeProgramManager."""
+    from executorch.exir import EdgeCompileConfig
+    from executorch.exir import to_edge_transform_and_lower as et_lower
+
+    from gearbox.leftovers import decompose_leftovers
+    from gearbox.patterns import GearboxRewritePass
+
+    manager = et_lower(programs, transform_passes=[GearboxRewritePass(), *transform_passes],
+                       partitioner=partitioner,
+                       compile_config=compile_config or EdgeCompileConfig(_check_ir_validity=False), **kwargs)
+    for name in manager.methods:
+        program = manager.exported_program(name)
+        orphans = [n.name for n in program.graph_module.graph.nodes if lowering.gearbox_op_name(n.target)]
+        if orphans:
+            raise lowering.LoweringError(
+                f"method {name}: gearbox ops outside every delegate have no ExecuTorch kernel: {', '.join(orphans)} "
+                "(the partitioner's report says why they were not delegated)")
+        stuck = decompose_leftovers(program)
+        if stuck:
+            print(f"gearbox: method {name}: no portable form for {', '.join(stuck)} left on ExecuTorch",
+                  file=sys.stderr)
+    return manager
