@@ -39,7 +39,7 @@ void bench_gemm(const cuda::Launch& on) {
   check_status(gemm.status(), "CublasLtGemm::create");
   std::printf("\n== cuBLASLt GEMM, bf16 weights, f32 x/y (%s; times include the x -> bf16 conversion) ==\n",
               cuda::CublasLtGemm::version().c_str());
-  for (int64_t M : {128, 512}) {
+  for (int64_t M : kernel_cases::kGemmTimedRows) {
     for (const Linear& l : timed_linears()) {
       const int64_t w_bytes = l.N * l.K * 2;
       const int copies = copies_for(w_bytes);

@@ -45,8 +45,7 @@ namespace gearbox::kernel_bench {
 /// in the attention": head_norm_rope computed by the attention (attention_decode_head_norm);
 /// "all fused": both, the chain the engine runs where the QKV GEMV leaves SMs free (the 1B's,
 /// 384 blocks, does not: it runs "norms in the GEMVs"). The QKV GEMV at 96 blocks with and
-/// without the head norm in the attention weighs that rule (docs/PERFORMANCE.md, 2026-12-03
-/// third).
+/// without the head norm in the attention weighs that rule.
 void bench_layer(const cuda::Launch& on) {
   const cudaStream_t stream = on.stream;
   std::printf("\n== one decode layer, 1B shape, context 128, and each kernel left out ==\n");
@@ -187,7 +186,7 @@ void bench_layer(const cuda::Launch& on) {
 /// four launches (each waiting for the one before it, as PDL launches do), one gemv_multi
 /// launch over the four (one resident grid streams them back to back), and one launch over a
 /// single matrix of all their rows. What kernel boundaries cost the weight stream apart from
-/// the data they wait for (docs/PERFORMANCE.md, 2026-12-02 ninth).
+/// the data they wait for.
 void bench_stream(const cuda::Launch& on) {
   const cudaStream_t stream = on.stream;
   std::printf("\n== a decode layer's GEMV bytes (53.7 MB, K = 1152): 4 launches, 1 multi-target launch, 1 matrix ==\n");

@@ -6,9 +6,13 @@
 // to warm up and once to measure, and the median and spread of the per-launch times are
 // printed with the achieved bandwidth (or FLOP/s). Weights (and KV caches) rotate over
 // enough copies (>= 240 MB together, 4x the 60 MB L2) that every launch reads its data
-// from DRAM, as in a real decode step. The event nodes themselves cost ~3 us per launch
-// (the "floor", measured first with a 1-element add): rates are printed both as measured
-// and net of that floor, which is closer to what a launch costs inside a decode graph.
+// from DRAM, as in a real decode step. The event nodes themselves cost a few microseconds
+// per launch (the "floor", measured first with a 1-element add): rates are printed both as
+// measured and net of that floor, which is closer to what a launch costs inside a decode graph.
+//
+// The groups gemv, gemm, attention and prefill time the cases of the table the kernel tests
+// check (tests/support/cuda_kernel_cases.h, the cases marked for timing); the groups live in
+// bench/cuda_kernels/*_bench.cpp (one file per kernel family), the timing in bench_common.cpp.
 //
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |

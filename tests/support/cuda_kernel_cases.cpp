@@ -39,6 +39,15 @@ constexpr AttentionCase kAttentionCases[] = {
     {kMini.heads, kMini.kv_heads, kMini.head_dim, kMini.window},
 };
 
+constexpr LinearCase kGemmCases[] = {
+    {"7x13", 7, 13, kCheck},         {"64x64", 64, 64, kCheck},         {"130x1152", 130, 1152, kCheck},
+    {"1152x130", 1152, 130, kCheck}, {"2304x1152", 2304, 1152, kCheck}, {"13x2304", 13, 2304, kCheck},
+};
+
+constexpr int64_t kResidualNormDims[] = {1, 7, kMini.hidden, kGemma3_1B.hidden, 2048, 2305, 8200};
+constexpr int64_t kEmbeddingDims[] = {1, 7, 64, kGemma3_1B.hidden};
+constexpr int64_t kElementwiseSizes[] = {1, 3, 4, 5, 1000, 4099, kGemma3_1B.intermediate};
+
 constexpr int64_t kRmsNormDims[] = {1, 7, 13, 64, 80, 256, 513, kGemma3_1B.hidden, 2 * kGemma3_1B.hidden};
 
 }  // namespace
@@ -46,9 +55,15 @@ constexpr int64_t kRmsNormDims[] = {1, 7, 13, 64, 80, 256, 513, kGemma3_1B.hidde
 std::span<const LinearCase> gemv_cases() { return kGemvCases; }
 std::span<const AttentionCase> attention_cases() { return kAttentionCases; }
 std::span<const int64_t> rms_norm_dims() { return kRmsNormDims; }
+std::span<const LinearCase> gemm_cases() { return kGemmCases; }
+std::span<const int64_t> residual_norm_dims() { return kResidualNormDims; }
+std::span<const int64_t> embedding_dims() { return kEmbeddingDims; }
+std::span<const int64_t> elementwise_sizes() { return kElementwiseSizes; }
 
 int64_t case_count() {
-  return static_cast<int64_t>(std::size(kGemvCases) + std::size(kAttentionCases) + std::size(kRmsNormDims));
+  return static_cast<int64_t>(std::size(kGemvCases) + std::size(kAttentionCases) + std::size(kRmsNormDims) +
+                              std::size(kGemmCases) + std::size(kResidualNormDims) + std::size(kEmbeddingDims) +
+                              std::size(kElementwiseSizes));
 }
 
 }  // namespace gearbox::kernel_cases

@@ -70,6 +70,14 @@ std::span<const LinearCase> gemv_cases();
 inline constexpr int64_t kGemvCheckedRows[] = {1, 3, 8};
 inline constexpr int64_t kGemvTimedRows[] = {1, 4, 8};
 
+// ---- cuBLASLt GEMM --------------------------------------------------------------------------------
+
+/// The prefill GEMM's linears, checked at kGemmCheckedRows (odd and past a tile: 5, 127, 129,
+/// 300); the benchmark times the timed GEMV linears at kGemmTimedRows.
+std::span<const LinearCase> gemm_cases();
+inline constexpr int64_t kGemmCheckedRows[] = {1, 5, 127, 129, 300};
+inline constexpr int64_t kGemmTimedRows[] = {128, 512};
+
 // ---- attention ------------------------------------------------------------------------------------
 
 /// One attention layer's heads: GQA groups of 1, 2 and 4, head dims 8, 12, 80 (the mini) and
@@ -89,6 +97,19 @@ inline constexpr int64_t kAttentionMaxCtx = 1024;
 /// hidden (1152) and twice it; over 1, 3 and 129 rows, aligned and not.
 std::span<const int64_t> rms_norm_dims();
 inline constexpr int64_t kRmsNormRows[] = {1, 3, 129};
+
+/// Residual + norm widths: awkward, the mini's and the 1B's hidden, and past the cached kernel
+/// (2048) into the looping one.
+std::span<const int64_t> residual_norm_dims();
+
+/// Embedding row widths.
+std::span<const int64_t> embedding_dims();
+
+// ---- elementwise ----------------------------------------------------------------------------------
+
+/// Element counts of the elementwise kernels: below, at and past a vector, odd, and the 1B's
+/// intermediate width.
+std::span<const int64_t> elementwise_sizes();
 
 /// The number of cases in the table (every family's list).
 int64_t case_count();

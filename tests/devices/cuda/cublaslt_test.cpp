@@ -14,9 +14,12 @@ TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
   Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
   ASSERT_TRUE(gemm.ok()) << gemm.status().to_string();
   EXPECT_EQ(cuda::CublasLtGemm::version().rfind("cublasLt ", 0), 0u) << cuda::CublasLtGemm::version();
-  const LinearShape shapes[] = {{7, 13}, {64, 64}, {130, 1152}, {1152, 130}, {2304, 1152}, {13, 2304}};
+  std::vector<LinearShape> shapes;
+  for (const kernel_cases::LinearCase& c : kernel_cases::gemm_cases()) {
+    if (c.use.check) shapes.push_back({c.N, c.K});
+  }
   for (DataType type : kWeightTypes) {
-    for (int64_t M : {1, 5, 127, 129, 300}) {
+    for (int64_t M : kernel_cases::kGemmCheckedRows) {
       for (LinearShape s : shapes) {
         const std::vector<float> x = random_floats(M * s.K, 50);
         const Weights w = make_weights(type, random_floats(s.N * s.K, 51));

@@ -43,7 +43,7 @@ TEST_F(CudaKernels, ElementwiseOpsMatchCpuAlignedAndNot) {
              {"silu_mul", cpu::silu_mul, cuda::silu_mul},
              {"add", cpu::add, cuda::add}};
   for (const auto& op : ops) {
-    for (int64_t n : {1, 3, 4, 5, 1000, 4099, 6912}) {
+    for (int64_t n : kernel_cases::elementwise_sizes()) {
       for (int lead : {0, 1, 2}) {
         const std::vector<float> a = random_floats(n + lead, 100, -6.0f, 6.0f), b = random_floats(n + lead, 101);
         Floats d_a(a), d_b(b);

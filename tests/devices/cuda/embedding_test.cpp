@@ -16,7 +16,7 @@ TEST_F(CudaKernels, EmbeddingMatchesCpuForEveryWeightAndIdType) {
   const int64_t vocab = 37;
   for (DataType type : kWeightTypes) {
     for (bool ids_i64 : {false, true}) {
-      for (int64_t hidden : {1, 7, 64, 1152}) {
+      for (int64_t hidden : kernel_cases::embedding_dims()) {
         const std::vector<int64_t> ids = {0, 36, 5, 5, 17};
         const auto count = static_cast<int64_t>(ids.size());
         const Weights table = make_weights(type, random_floats(vocab * hidden, 1));

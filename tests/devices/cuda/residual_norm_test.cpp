@@ -12,7 +12,7 @@ using namespace cuda_test;  // NOLINT(google-build-using-namespace)
 
 TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
   for (DataType type : kWeightTypes) {
-    for (int64_t dim : {1, 7, 320, 1152, 2048, 2305, 8200}) {
+    for (int64_t dim : kernel_cases::residual_norm_dims()) {
       for (int64_t rows : {1, 5, 9, 40}) {  // up to 8 rows: 1024 threads a row; more: 256
         for (int variant : {0, 1, 2}) {     // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm
           const std::vector<float> x = random_floats(rows * dim, 21, -4.0f, 4.0f);
