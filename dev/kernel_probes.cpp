@@ -1,7 +1,7 @@
 // Probes of what kernel boundaries cost the GPU, kept as experiments (dev/README.md): the
 // handoff between two dependent kernels for each way of waiting (handoff_probe.h), and a
 // decode step's weights streamed by one persistent launch (step_stream_probe.h). Timing as
-// in bench/cuda_kernels_bench.cpp: launches captured into a graph between event nodes,
+// in bench/cuda_kernels/bench_common.cpp: launches captured into a graph between event nodes,
 // median and spread, rates also net of the floor (a 1-element add between event nodes).
 //
 //   kernel_probes                # both groups

@@ -1,0 +1,180 @@
+// cuda_kernels_bench groups `attention` (decode) and `prefill` (tiled and tensor-core), at the
+// attention cases of the case table marked for timing.
+#include "bench_common.h"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "devices/cuda/gemm_cublaslt.h"
+#include "devices/cuda/host_progress.h"
+#include "devices/cuda/kernels/decode_attention.cuh"
+#include "devices/cuda/kernels/elementwise.cuh"
+#include "devices/cuda/kernels/embedding.cuh"
+#include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
+#include "devices/cuda/kernels/norm_rope.cuh"
+#include "devices/cuda/kernels/prefill_attention.cuh"
+#include "devices/cuda/kernels/prefill_attention_mma.cuh"
+#include "devices/cuda/kernels/residual_norm.cuh"
+
+namespace gearbox::kernel_bench {
+
+// ---- attention decode ---------------------------------------------------------------------------
+
+namespace {
+
+using kernel_cases::AttentionCase;
+
+/// 1 / sqrt(head_dim), the attention's score scale.
+float score_scale(const AttentionCase& c) { return 1.0f / std::sqrt(static_cast<float>(c.head_dim)); }
+
+void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
+  const cudaStream_t stream = on.stream;
+  std::printf("\n== attention_decode, heads %lld, kv_heads %lld, head_dim %lld, T = 1 (bytes: K + V rows read) ==\n",
+              static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim));
+  const int64_t heads = c.heads, kv_heads = c.kv_heads, hd = c.head_dim, max_ctx = 4096;
+  const int64_t window = c.window;
+  const float scale = score_scale(c);
+  const int64_t width = kv_heads * hd;
+  // One pool per cache; launch i reads the rows [0, ctx) of a cache starting at row i * ctx
+  // of the pool, so consecutive launches read disjoint memory.
+  const int64_t pool_floats = kRotateBytes / 4 + max_ctx * width;
+  DeviceMemory kc(static_cast<size_t>(pool_floats) * 4), vc(static_cast<size_t>(pool_floats) * 4);
+  fill_f32(kc.as<float>(), pool_floats, 5);
+  fill_f32(vc.as<float>(), pool_floats, 6);
+  DeviceMemory q(static_cast<size_t>(heads * hd) * 4), out(static_cast<size_t>(heads * hd) * 4), pos(sizeof(int32_t));
+  fill_f32(q.as<float>(), heads * hd, 7);
+  // 8 and 16 splits combine in a cluster (one launch), 32 and 128 in a second kernel.
+  for (int max_splits : {8, 16, 32, 128}) {
+    DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, max_splits)) * 4);
+    for (int32_t ctx : {128, 1024, 4096}) {
+      const int32_t p = ctx - 1;
+      CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+      const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        const int64_t off = (i % copies) * ctx * width;
+        CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
+                                     pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
+                                     partials.as<float>(), max_splits, nullptr, on));
+      });
+      const double bytes = 2.0 * static_cast<double>(ctx * width) * 4;
+      print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
+                std::to_string(cuda::attention_decode_splits(max_ctx, window, max_splits)) + ")",
+            t, bytes, 1e3, "GB/s");
+    }
+  }
+  // The decode step's new K / V row: written by kv_cache_write before the attention, or by the
+  // attention kernel itself (k_new / v_new), with 16 splits (one cluster where sm_90 runs).
+  DeviceMemory k_new(static_cast<size_t>(width) * 4), v_new(static_cast<size_t>(width) * 4);
+  fill_f32(k_new.as<float>(), width, 8);
+  fill_f32(v_new.as<float>(), width, 9);
+  DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, 16)) * 4);
+  for (int32_t ctx : {128, 1024}) {
+    const int32_t p = ctx - 1;
+    CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+    const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+    for (bool fused : {false, true}) {
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        float* kcache = kc.as<float>() + (i % copies) * ctx * width;
+        float* vcache = vc.as<float>() + (i % copies) * ctx * width;
+        if (!fused) {
+          CHECK(cuda::kv_cache_write(k_new.as<float>(), v_new.as<float>(), pos.ptr, false, 1, width, kcache, vcache,
+                                     max_ctx, nullptr, on));
+        }
+        CHECK(cuda::attention_decode(q.as<float>(), fused ? k_new.as<float>() : nullptr,
+                                     fused ? v_new.as<float>() : nullptr, kcache, vcache, pos.ptr, false,
+                                     out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
+                                     partials.as<float>(), 16, nullptr, on));
+      });
+      print(std::string(fused ? "decode + new row, fused" : "kv_cache_write + decode") + " ctx=" + std::to_string(ctx) +
+                " (splits 16)",
+            t, 2.0 * static_cast<double>(ctx * width) * 4, 1e3, "GB/s");
+    }
+  }
+}
+
+// ---- attention prefill ------------------------------------------------------------------------------
+
+void bench_attention_prefill_case(const cuda::Launch& on, const AttentionCase& c) {
+  const cudaStream_t stream = on.stream;
+  std::printf("\n== attention_prefill, heads %lld, kv_heads %lld, head_dim %lld, causal (FLOP: QK^T and PV) ==\n",
+              static_cast<long long>(c.heads), static_cast<long long>(c.kv_heads), static_cast<long long>(c.head_dim));
+  const int64_t heads = c.heads, kv_heads = c.kv_heads, hd = c.head_dim, max_ctx = 2048;
+  const int64_t window = c.window;
+  const float scale = score_scale(c);
+  const int64_t width = kv_heads * hd;
+  DeviceMemory kc(static_cast<size_t>(max_ctx * width) * 4), vc(static_cast<size_t>(max_ctx * width) * 4);
+  fill_f32(kc.as<float>(), max_ctx * width, 11);
+  fill_f32(vc.as<float>(), max_ctx * width, 12);
+  for (int64_t T : {128, 512, 2048}) {
+    DeviceMemory q(static_cast<size_t>(T * heads * hd) * 4), out(static_cast<size_t>(T * heads * hd) * 4);
+    fill_f32(q.as<float>(), T * heads * hd, 13);
+    std::vector<int32_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+    DeviceMemory pos(positions.size() * sizeof(int32_t));
+    CHECK(cudaMemcpy(pos.ptr, positions.data(), positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    DeviceMemory scratch(
+        static_cast<size_t>(std::max<int64_t>(
+            1, std::max(cuda::attention_prefill_scratch_floats(T, heads, hd, *on.limits),
+                        cuda::attention_prefill_mma_scratch_floats(T, heads, kv_heads, hd, max_ctx, *on.limits)))) *
+        4);
+    const auto tokens = static_cast<double>(T);
+    const double flop = 2.0 * 2.0 * static_cast<double>(heads * hd) * (tokens * (tokens + 1) / 2);
+    const Timing tiled = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill(q.as<float>(), kc.as<float>(), vc.as<float>(), pos.ptr, false, out.as<float>(), T,
+                                    heads, kv_heads, hd, max_ctx, window, scale, scratch.as<float>(), on));
+    });
+    print("prefill tiled T=" + std::to_string(T) + " (splits " +
+              std::to_string(cuda::attention_prefill_splits(T, heads, *on.limits)) + ")",
+          tiled, flop, 1e6, "TFLOP/s");
+    const Timing mma = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>(), vc.as<float>(), pos.ptr, false,
+                                        out.as<float>(), T, heads, kv_heads, hd, max_ctx, window, scale,
+                                        scratch.as<float>(), nullptr, on));
+    });
+    print("prefill mma_bf16 T=" + std::to_string(T) + " (splits " +
+              std::to_string(cuda::attention_prefill_mma_splits(T, heads, *on.limits)) + ")",
+          mma, flop, 1e6, "TFLOP/s");
+    // The prefill step as the engine runs it: the call's rows written to the caches (here
+    // from q's first T rows) by the kernel that converts the rows to bf16.
+    const Timing mma_write = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), q.as<float>(), q.as<float>(), kc.as<float>(), vc.as<float>(),
+                                        pos.ptr, false, out.as<float>(), T, heads, kv_heads, hd, max_ctx, window, scale,
+                                        scratch.as<float>(), nullptr, on));
+    });
+    print("prefill mma_bf16 + cache write T=" + std::to_string(T), mma_write, flop, 1e6, "TFLOP/s");
+    const Timing write_then_mma = time_launches(stream, 1, [&](int) {
+      CHECK(cuda::kv_cache_write(q.as<float>(), q.as<float>(), pos.ptr, false, T, width, kc.as<float>(), vc.as<float>(),
+                                 max_ctx, nullptr, on));
+      CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>(), vc.as<float>(), pos.ptr, false,
+                                        out.as<float>(), T, heads, kv_heads, hd, max_ctx, window, scale,
+                                        scratch.as<float>(), nullptr, on));
+    });
+    print("kv_cache_write, then prefill mma_bf16 T=" + std::to_string(T), write_then_mma, flop, 1e6, "TFLOP/s");
+  }
+}
+
+}  // namespace
+
+void bench_attention(const cuda::Launch& on) {
+  for (const AttentionCase& c : timed_attention_cases()) bench_attention_case(on, c);
+}
+
+void bench_attention_prefill(const cuda::Launch& on) {
+  for (const AttentionCase& c : timed_attention_cases()) bench_attention_prefill_case(on, c);
+}
+
+}  // namespace gearbox::kernel_bench
