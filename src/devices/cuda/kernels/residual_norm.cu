@@ -2,8 +2,8 @@
 // pre-norm around a Gemma sublayer in one pass over a row, for the decode step where launches,
 // not bytes, cost. It computes what its unfused sequence computes (same order of operations
 // per element; the RMS sums are reduced in a different order), so the engine's results do not
-// depend on whether the chain was fused (tests/devices/cuda/kernels_test.cpp checks both
-// against the CPU kernels).
+// depend on whether the chain was fused (tests/devices/cuda/residual_norm_test.cpp and
+// gemv_norm_input_test.cpp check both against the CPU kernels).
 #include <math_constants.h>
 
 #include <cstdint>
