@@ -86,15 +86,6 @@ check "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b.json"
 # programmatic dependent launch off (devices/cuda/launch.h): what overlapping launches buys.
 check env GEARBOX_CUDA_FUSION=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_unfused.json"
 check env GEARBOX_CUDA_PDL=0 "$gearbox" bench "$work/g1b.gbx" --device cuda --json "$out/bench_1b_no_pdl.json"
-# And an engine whose cuBLASLt linears keep the heuristic timed at opt for every row count:
-# what a heuristic per bucket of row counts buys (prefill 512 is 4x the prefill profile's opt).
-check env GEARBOX_CUDA_TUNE_BY_ROWS=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_one_heuristic.gbx" \
-  --device cuda --max-seq 2048 2>/dev/null
-check "$gearbox" bench "$work/g1b_one_heuristic.gbx" --device cuda --json "$out/bench_1b_one_heuristic.json"
-# And an engine whose builder timed only the default GEMV geometry: what tuning the geometry buys.
-check env GEARBOX_CUDA_GEMV_GEOMETRIES=0 "$gearbox" build --hf "$work/g1b" -o "$work/g1b_default_gemv.gbx" \
-  --device cuda --max-seq 2048 2>/dev/null
-check "$gearbox" bench "$work/g1b_default_gemv.gbx" --device cuda --json "$out/bench_1b_default_gemv.json"
 check env GEARBOX_CUDA_PDL=0 "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids" --json --device cuda \
   >"$out/score_1b_no_pdl.json"
 python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b_no_pdl.json"

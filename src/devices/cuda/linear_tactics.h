@@ -7,7 +7,7 @@
 // Timed at the profile's opt rows only, the index that won there can lose up to 17% at other M
 // (docs/PERFORMANCE.md). A row-bucketed tactic holds one heuristic index per bucket of row
 // counts (powers of two from 16 up), each chosen by timing at the bucket's top row count
-// (refine_tactic in cuda_backend.cpp).
+// (refine_by_rows in tuning.cpp).
 #pragma once
 
 #include <array>
