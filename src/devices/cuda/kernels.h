@@ -62,6 +62,11 @@ cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t
 /// poisons its row with NaN and sets *error_flag (nullable).
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
                  int64_t head_dim, float theta, float position_scale, int* error_flag, cudaStream_t stream);
+/// rope() with the inverse frequencies given: inv_freq [head_dim / 2] in device memory
+/// (Llama-3 scaling precomputes them), not null.
+cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                            int64_t head_dim, const float* inv_freq, float position_scale, int* error_flag,
+                            cudaStream_t stream);
 
 // ---- KV cache ---------------------------------------------------------------------------------
 /// k_cache[positions[t], :] = k[t, :], v_cache[positions[t], :] = v[t, :] for t < T.
