@@ -145,6 +145,7 @@ LayerKinds layer_kinds(const std::vector<DecoderLayer>& layers) {
 // "sliding 512" or "full", numbered when two kinds would read the same.
 std::vector<std::string> kind_names(const std::vector<DecoderLayer>& kinds) {
   std::vector<std::string> names;
+  names.reserve(kinds.size());
   for (const DecoderLayer& k : kinds) names.push_back(k.window > 0 ? "sliding " + std::to_string(k.window) : "full");
   for (size_t i = 0; i < names.size(); ++i) {
     for (size_t j = i + 1; j < names.size(); ++j) {

@@ -89,6 +89,54 @@ DecoderDescription gemma3_description(const Gemma3Config& c) {
   return d;
 }
 
+Result<Gemma3Config> gemma3_config(const DecoderDescription& d) {
+  auto cannot = [](const std::string& what) { return unimplemented("a Gemma3Config cannot hold " + what); };
+  if (d.family != "gemma3") return cannot("a " + d.family + " model");
+  if (d.norm != NormStyle::kOnePlusWeight || !d.qk_norm || !d.sandwich_norms || d.qkv_bias || d.o_bias || d.mlp_bias ||
+      d.activation != GatedActivation::kGeluTanh || !d.scale_embeddings) {
+    return cannot("a decoder whose norms, biases, activation or embedding scale differ from Gemma-3's");
+  }
+  Gemma3Config c;
+  c.vocab = d.vocab;
+  c.hidden = d.hidden;
+  c.intermediate = d.intermediate;
+  c.layers = static_cast<int64_t>(d.layers.size());
+  c.heads = d.heads;
+  c.kv_heads = d.kv_heads;
+  c.head_dim = d.head_dim;
+  c.rms_norm_eps = d.rms_norm_eps;
+  c.query_pre_attn_scalar = d.query_pre_attn_scalar;
+  c.tie_embeddings = d.tie_embeddings;
+  c.max_context = d.max_context;
+  c.dtype = d.dtype;
+  c.all_logits = d.all_logits;
+  bool seen_sliding = false, seen_full = false;
+  for (const DecoderLayer& layer : d.layers) {
+    const bool sliding = layer.window > 0;
+    c.layer_is_sliding.push_back(sliding);
+    const RopeDescription& r = layer.rope;
+    if (sliding) {
+      if (r.scaling != RopeScaling::kNone) return cannot("RoPE scaling on sliding layers");
+      if (seen_sliding && (layer.window != c.sliding_window || r.theta != c.rope_theta_local)) {
+        return cannot("sliding layers of different windows or RoPE");
+      }
+      c.sliding_window = layer.window;
+      c.rope_theta_local = r.theta;
+      seen_sliding = true;
+    } else {
+      if (r.scaling == RopeScaling::kLlama3) return cannot("llama3 RoPE scaling");
+      const float factor = r.scaling == RopeScaling::kLinear ? r.factor : 1.0f;
+      if (seen_full && (r.theta != c.rope_theta_global || factor != c.rope_linear_factor_global)) {
+        return cannot("full-attention layers of different RoPE");
+      }
+      c.rope_theta_global = r.theta;
+      c.rope_linear_factor_global = factor;
+      seen_full = true;
+    }
+  }
+  return c;
+}
+
 Result<BuiltModel> build_gemma3(const Gemma3Config& config, WeightSource& weights) {
   GEARBOX_RETURN_IF_ERROR(validate_config(config));
   return build_decoder(gemma3_description(config), weights);

@@ -52,6 +52,11 @@ Status validate_config(const Gemma3Config& config);
 /// The decoder `config` describes (family "gemma3"). `config` must be valid.
 DecoderDescription gemma3_description(const Gemma3Config& config);
 
+/// The Gemma3Config of a Gemma-3 description: the inverse of gemma3_description(). Errors:
+/// kUnimplemented naming what Gemma3Config cannot hold (another family, sliding layers of
+/// different windows, scaled RoPE on sliding layers, llama3 scaling, ...).
+Result<Gemma3Config> gemma3_config(const DecoderDescription& description);
+
 /// validate_config(), then build_decoder(gemma3_description(config), weights).
 Result<BuiltModel> build_gemma3(const Gemma3Config& config, WeightSource& weights);
 
