@@ -142,14 +142,17 @@ LayerKinds layer_kinds(const std::vector<DecoderLayer>& layers) {
   return k;
 }
 
-// "sliding 512" or "full", numbered when two kinds would read the same.
-std::vector<std::string> kind_names(const std::vector<DecoderLayer>& kinds) {
+// "sliding 512" or "full" (as a metadata key: "sliding" or "full"), numbered when two
+// kinds would read the same.
+std::vector<std::string> kind_names(const std::vector<DecoderLayer>& kinds, bool as_key) {
   std::vector<std::string> names;
   names.reserve(kinds.size());
-  for (const DecoderLayer& k : kinds) names.push_back(k.window > 0 ? "sliding " + std::to_string(k.window) : "full");
+  for (const DecoderLayer& k : kinds) {
+    names.push_back(k.window == 0 ? "full" : as_key ? "sliding" : "sliding " + std::to_string(k.window));
+  }
   for (size_t i = 0; i < names.size(); ++i) {
     for (size_t j = i + 1; j < names.size(); ++j) {
-      if (names[j] == names[i]) names[j] += " (" + std::to_string(j) + ")";
+      if (names[j] == names[i]) names[j] += as_key ? "." + std::to_string(j) : " (" + std::to_string(j) + ")";
     }
   }
   return names;
@@ -272,7 +275,7 @@ std::vector<std::pair<std::string, std::string>> describe(const DecoderDescripti
   out.emplace_back("model.embedding", std::string(d.scale_embeddings ? "x sqrt(hidden)" : "x 1") + ", lm_head " +
                                           (d.tie_embeddings ? "tied" : "untied"));
   const LayerKinds kinds = layer_kinds(d.layers);
-  const std::vector<std::string> names = kind_names(kinds.kinds);
+  const std::vector<std::string> names = kind_names(kinds.kinds, /*as_key=*/false);
   out.emplace_back("model.layers", layers_text(kinds, names));
   std::vector<RopeDescription> ropes;
   for (const DecoderLayer& k : kinds.kinds) {
@@ -281,8 +284,10 @@ std::vector<std::pair<std::string, std::string>> describe(const DecoderDescripti
   if (ropes.size() == 1) {
     out.emplace_back("model.rope", rope_text(ropes[0]));
   } else {
-    for (size_t i = 0; i < kinds.kinds.size(); ++i)
-      out.emplace_back("model.rope." + names[i], rope_text(kinds.kinds[i].rope));
+    const std::vector<std::string> keys = kind_names(kinds.kinds, /*as_key=*/true);
+    for (size_t i = 0; i < kinds.kinds.size(); ++i) {
+      out.emplace_back("model.rope." + keys[i], rope_text(kinds.kinds[i].rope));
+    }
   }
   return out;
 }

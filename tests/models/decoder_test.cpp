@@ -263,7 +263,7 @@ TEST(Decoder, DescribeSaysWhatTheEngineWasBuiltFrom) {
   EXPECT_EQ(g.at("model.mlp"), "gelu_tanh(gate) * up");
   EXPECT_EQ(g.at("model.embedding"), "x sqrt(hidden), lm_head tied");
   EXPECT_EQ(g.at("model.layers"), "26 layers: (5 x sliding 512, 1 x full) repeated");
-  EXPECT_EQ(g.at("model.rope.sliding 512"), "theta 10000");
+  EXPECT_EQ(g.at("model.rope.sliding"), "theta 10000");
   EXPECT_EQ(g.at("model.rope.full"), "theta 1e+06");
 
   DecoderDescription q = small("qwen2");
@@ -276,6 +276,17 @@ TEST(Decoder, DescribeSaysWhatTheEngineWasBuiltFrom) {
   EXPECT_EQ(w.at("model.attention"), "scores / sqrt(6), biases on q k v");
   EXPECT_EQ(w.at("model.embedding"), "x 1, lm_head untied");
   for (const auto& [key, value] : qwen) EXPECT_LE(value.size(), 80u) << key;  // inspect prints up to 80
+
+  DecoderDescription mixed = small("qwen2");  // kinds that share a name are numbered
+  mixed.layers = {DecoderLayer{4, {1e4f}}, DecoderLayer{0, {1e6f}}, DecoderLayer{8, {1e4f}}, DecoderLayer{0, {1e5f}}};
+  const std::vector<std::pair<std::string, std::string>> m = describe(mixed);
+  const std::map<std::string, std::string> k(m.begin(), m.end());
+  EXPECT_EQ(m.size(), k.size()) << "a key repeats";
+  EXPECT_EQ(k.at("model.layers"), "4 layers: 1 x sliding 4, 1 x full, 1 x sliding 8, 1 x full (3)");
+  EXPECT_EQ(k.at("model.rope.sliding"), "theta 10000");
+  EXPECT_EQ(k.at("model.rope.full"), "theta 1e+06");
+  EXPECT_EQ(k.at("model.rope.sliding.2"), "theta 10000");
+  EXPECT_EQ(k.at("model.rope.full.3"), "theta 100000");
 }
 
 TEST(Decoder, ValidationNamesTheField) {
