@@ -212,10 +212,11 @@ class CudaWeights final : public DeviceWeights {
     if (rope_base != nullptr) (void)cudaFree(rope_base);
   }
   int64_t bytes() const noexcept override { return size; }
-  /// The network's RoPE inverse frequencies for (theta, head_dim) (cpu::rope_inv_freq's
-  /// values, head_dim / 2 floats), or null.
-  const float* rope_table(float theta, int64_t head_dim) const {
-    const auto it = rope_tables.find({theta, head_dim});
+  /// A RoPE node's inverse frequencies (head_dim / 2 floats): its weight when it has one,
+  /// else the table for its (theta, head_dim) (cpu::rope_inv_freq's values), or null.
+  const float* rope_table(const Node& rope) const {
+    if (!rope.weights.empty()) return static_cast<const float*>(ptr[static_cast<size_t>(rope.weights[0])]);
+    const auto it = rope_tables.find({rope.attrs.theta, rope.attrs.head_dim});
     return it == rope_tables.end() ? nullptr : it->second;
   }
   void* base = nullptr;
@@ -227,14 +228,17 @@ class CudaWeights final : public DeviceWeights {
 };
 
 /// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
-/// nodes, so that the rotations use the CPU's values and no kernel computes a pow. Each table
-/// starts on 16 bytes (head_norm_rope's warp form takes a table only where it is 16-byte aligned).
+/// nodes without a table of their own, so that the rotations use the CPU's values and no
+/// kernel computes a pow. Each table starts on 16 bytes (head_norm_rope's warp form takes a
+/// table only where it is 16-byte aligned; weights start on 64).
 Status upload_rope_tables(const Network& net, CudaWeights* w) {
   std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
   std::vector<float> host;
   for (const Node& node : net.nodes) {
     const std::pair<float, int64_t> key{node.attrs.theta, node.attrs.head_dim};
-    if (node.kind != OpKind::kRope || node.attrs.head_dim <= 0 || offsets.contains(key)) continue;
+    if (node.kind != OpKind::kRope || !node.weights.empty() || node.attrs.head_dim <= 0 || offsets.contains(key)) {
+      continue;
+    }
     host.resize((host.size() + 3) / 4 * 4, 0.0f);
     offsets.emplace(key, host.size());
     for (int64_t i = 0; i < node.attrs.head_dim / 2; ++i) {
@@ -621,6 +625,11 @@ Status run_cuda_node(const Network& net, const CudaWeights& weights, size_t n, u
     }
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
+      if (!node.weights.empty()) {
+        return cuda_check(cuda::rope_with_freqs(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim,
+                                                weights.rope_table(node), at.scale, fault, launch),
+                          what);
+      }
       return cuda_check(cuda::rope(f(0), in(1), is_i64(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta,
                                    at.scale, fault, launch),
                         what);
@@ -751,7 +760,8 @@ std::vector<Step> plan_steps(const Network& net) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1, i + 2, i + 3}});
       steps.back().feeds_attention = e != nullptr && e->kind == OpKind::kAttention && only_reader_is(*c, e, 0) &&
                                      only_reader_is(*d, e, 1) && e->inputs[3] == c->inputs[1] &&
-                                     c->attrs.theta == d->attrs.theta && c->attrs.scale == d->attrs.scale;
+                                     c->attrs.theta == d->attrs.theta && c->attrs.scale == d->attrs.scale &&
+                                     c->weights == d->weights;
       i += 4;
     } else if (fuse && head_norm(a) && rope_of(*a, b)) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1}});
@@ -839,7 +849,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                     rope.attrs.heads,
                     rope.attrs.theta,
                     rope.attrs.scale,
-                    weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
+                    weights.rope_table(rope)};
       }
       size_t count = pairs;
       if (qkv != nullptr) {
@@ -940,7 +950,7 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
                                           q_norm.attrs.weight_offset,
                                           rope.attrs.theta,
                                           rope.attrs.scale,
-                                          weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
+                                          weights.rope_table(rope)};
     return cuda_check(cuda::attention_decode_head_norm<W>(
                           tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
                           tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,
