@@ -1,10 +1,9 @@
 #!/usr/bin/env python3
 """Parity of gearbox with HF transformers on a committed checkpoint (tests/data/parity/).
 
-Builds an f32 engine from the checkpoint (with `gearbox build --hf`, or with --builder, an
-executable called as BUILDER CHECKPOINT ENGINE MAX_SEQ that builds a CPU engine), scores the reference prompt teacher-forced (one
-token per call, the decode path, and each prefix in one call, the prefill path) and
-generates greedily, and compares with expected.json (written by
+Builds an f32 engine from the checkpoint with `gearbox build --hf`, scores the reference
+prompt teacher-forced (one token per call, the decode path, and each prefix in one call,
+the prefill path) and generates greedily, and compares with expected.json (written by
 python/tools/make_parity_checkpoints.py from HF transformers in fp32):
   every |log p difference| <= --tolerance (default 1e-4) on both paths, and the 32 greedy
   ids identical.
@@ -31,19 +30,13 @@ def main():
     p.add_argument("--checkpoint", required=True)
     p.add_argument("--device", default="cpu")
     p.add_argument("--tolerance", type=float, default=1e-4)
-    p.add_argument("--builder", help="builds the engine instead of `gearbox build --hf` (CPU only)")
     args = p.parse_args()
-    if args.builder and args.device != "cpu":
-        sys.exit("--builder builds CPU engines; use --device cpu")
     expected = json.load(open(os.path.join(args.checkpoint, "expected.json")))
     ids = ",".join(map(str, expected["prompt_ids"]))
     with tempfile.TemporaryDirectory() as tmp:
         engine = os.path.join(tmp, "parity.gbx")
-        if args.builder:
-            run([args.builder, args.checkpoint, engine, "128"])
-        else:
-            run([args.gearbox, "build", "--hf", args.checkpoint, "-o", engine, "--dtype", "f32", "--max-seq", "128",
-                 "--device", args.device])
+        run([args.gearbox, "build", "--hf", args.checkpoint, "-o", engine, "--dtype", "f32", "--max-seq", "128",
+             "--device", args.device])
         score_cmd = [args.gearbox, "score", engine, "--prompt-ids", ids, "--json", "--device", args.device]
         scores = {"decode": json.loads(run(score_cmd)), "prefill": json.loads(run(score_cmd + ["--prefill"]))}
         gen = json.loads(run([args.gearbox, "generate", engine, "--prompt-ids", ids, "--max-new-tokens",
