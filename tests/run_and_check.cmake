@@ -1,5 +1,9 @@
-# cmake -DCOMMAND="a;b;c" -DEXPECT_RC=N [-DEXPECT_REGEX=...] [-DREJECT_REGEX=...] -P run_and_check.cmake
-# Runs a command and checks its exit code and combined output.
+# cmake -DCOMMAND="a;b;c" -DEXPECT_RC=N [-DEXPECT_REGEX=...] [-DREJECT_REGEX=...] [-DABSENT=file]
+#       -P run_and_check.cmake
+# Runs a command and checks its exit code and combined output, and that it leaves no ABSENT.
+if(DEFINED ABSENT)
+  file(REMOVE "${ABSENT}")
+endif()
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 if(NOT rc EQUAL EXPECT_RC)
@@ -10,5 +14,8 @@ if(DEFINED EXPECT_REGEX AND NOT all MATCHES "${EXPECT_REGEX}")
 endif()
 if(DEFINED REJECT_REGEX AND all MATCHES "${REJECT_REGEX}")
   message(FATAL_ERROR "output matches '${REJECT_REGEX}', which it must not:\n${all}")
+endif()
+if(DEFINED ABSENT AND EXISTS "${ABSENT}")
+  message(FATAL_ERROR "${ABSENT} exists; the command must not leave it behind:\n${all}")
 endif()
 message("${all}")

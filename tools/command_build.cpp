@@ -1,5 +1,5 @@
-// gearbox build: a Gemma-3 engine from a Hugging Face checkpoint or the built-in mini
-// config, tuned per profile on the chosen device.
+// gearbox build: an engine from a Hugging Face checkpoint (Gemma-3, Llama, Mistral, Qwen2,
+// Qwen3) or the built-in mini Gemma-3 config, tuned per profile on the chosen device.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +13,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "format/engine_file.h"
+#include "models/decoder.h"
 #include "models/hf_config.h"
 #include "models/hf_weights.h"
 #include "models/network_json.h"
@@ -102,7 +103,7 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
   options.progress = [](std::string_view line) {
     std::fprintf(stderr, "%.*s\n", static_cast<int>(line.size()), line.data());
   };
-  models::Gemma3Config config;
+  int64_t vocab = -1;
   Result<models::BuiltModel> model = internal_error("unreachable");
   const auto start = std::chrono::steady_clock::now();
   if (!o.network.empty()) {
@@ -110,9 +111,8 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
                  described->model.network.weights.size());
     options.metadata = std::move(described->metadata);
     model = std::move(described->model);
-    config.vocab = -1;
   } else if (o.mini) {
-    config = models::gemma3_mini_config();
+    models::Gemma3Config config = models::gemma3_mini_config();
     config.max_context = max_seq;
     config.all_logits = o.all_logits;
     if (!o.dtype.empty()) {
@@ -123,33 +123,35 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     models::RandomWeights weights(static_cast<uint64_t>(o.seed));
     std::fprintf(stderr, "building the mini Gemma-3 (seed %lld)\n", static_cast<long long>(o.seed));
     model = models::build_gemma3(config, weights);
-    options.metadata = {
-        {"model.family", "gemma3"}, {"model.source", "mini"}, {"tokenizer.bos", "2"}, {"tokenizer.eos", "1,106"}};
+    options.metadata = models::describe(models::gemma3_description(config));
+    options.metadata.insert(options.metadata.end(),
+                            {{"model.source", "mini"}, {"tokenizer.bos", "2"}, {"tokenizer.eos", "1,106"}});
+    vocab = config.vocab;
   } else {
-    Result<models::HfModelInfo> info = models::read_gemma3_config(o.hf);
+    Result<models::HfDecoderConfig> info = models::read_hf_config(o.hf);
     if (!info.ok()) return fail("build", info.status());
-    config = info->config;
-    config.max_context = max_seq;
-    config.all_logits = o.all_logits;
-    config.dtype = info->checkpoint_dtype;
+    models::DecoderDescription description = info->description;
+    description.max_context = max_seq;
+    description.all_logits = o.all_logits;
     if (!o.dtype.empty()) {
       Result<DataType> dt = parse_dtype(o.dtype);
       if (!dt.ok()) return fail("build", dt.status(), 2);
-      config.dtype = *dt;
+      description.dtype = *dt;
     }
     Result<models::SafetensorsCheckpoint> ckpt = models::SafetensorsCheckpoint::open(o.hf);
     if (!ckpt.ok()) return fail("build", ckpt.status());
     Result<std::string> prefix = models::detect_weight_prefix(*ckpt);
     if (!prefix.ok()) return fail("build", prefix.status());
     models::CheckpointWeights weights(*ckpt, *prefix);
-    std::fprintf(stderr, "reading %s (%lld layers, hidden %lld, vocab %lld, %s)\n", o.hf.c_str(),
-                 static_cast<long long>(config.layers), static_cast<long long>(config.hidden),
-                 static_cast<long long>(config.vocab), data_type_name(config.dtype));
-    model = models::build_gemma3(config, weights);
-    options.metadata = {{"model.family", "gemma3"},
-                        {"model.source", o.hf},
-                        {"tokenizer.bos", std::to_string(info->bos_token_id)},
-                        {"tokenizer.eos", join(info->eos_token_ids)}};
+    std::fprintf(stderr, "reading %s (%s, %zu layers, hidden %lld, vocab %lld, %s)\n", o.hf.c_str(),
+                 description.family.c_str(), description.layers.size(), static_cast<long long>(description.hidden),
+                 static_cast<long long>(description.vocab), data_type_name(description.dtype));
+    model = models::build_decoder(description, weights);
+    options.metadata = models::describe(description);
+    options.metadata.insert(options.metadata.end(), {{"model.source", o.hf},
+                                                     {"tokenizer.bos", std::to_string(info->bos_token_id)},
+                                                     {"tokenizer.eos", join(info->eos_token_ids)}});
+    vocab = description.vocab;
     std::ifstream sp(o.hf + "/tokenizer.model", std::ios::binary);
     if (sp) {
       options.metadata.emplace_back("tokenizer.sentencepiece",
@@ -174,7 +176,7 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     }
   }
   if (!model.ok()) return fail("build", model.status());
-  if (config.vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(config.vocab));
+  if (vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(vocab));
 
   // --profile bounds the sequence of every input (tokens, positions, ...).
   for (format::ProfileDesc& p : profiles) p.bounds.assign(model->network.inputs.size(), p.bounds[0]);
@@ -200,7 +202,10 @@ Command add_build_command(CLI::App& gearbox) {
       "on the device.");
   app->add_flag("--mini", o->mini,
                 "the built-in mini Gemma-3 (vocab 2048, hidden 320, 3 layers) with seeded random weights; no download");
-  app->add_option("--hf", o->hf, "a Hugging Face Gemma-3 checkpoint (config.json, *.safetensors)")->type_name("DIR");
+  app->add_option("--hf", o->hf,
+                  "a Hugging Face checkpoint (config.json, *.safetensors) of a Gemma-3, Llama, Mistral, Qwen2 or Qwen3 "
+                  "model")
+      ->type_name("DIR");
   app->add_option("--network", o->network,
                   "a network description (JSON, docs/FORMAT.md), e.g. written by gearbox's ExecuTorch export; its "
                   "weights come from --weights")

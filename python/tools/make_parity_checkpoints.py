@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
-"""Writes the small Gemma-3 checkpoints and HF-transformers reference outputs that
-gearbox's parity tests compare against (tests/data/parity/<case>/).
+"""Writes the small checkpoints and HF-transformers reference outputs that gearbox's
+parity tests compare against (tests/data/parity/<case>/), one or more per model family.
 
-Each case is a Gemma3ForCausalLM with seeded random weights (norm weights too, so that
-every weight matters), saved with save_pretrained, plus expected.json:
+Each case is a *ForCausalLM (Gemma-3, Llama, Mistral, Qwen2, Qwen3) with seeded random
+weights (norm weights and biases too, so that every weight matters), saved with
+save_pretrained, its config.json rewritten in the transformers 4.x spelling where the case
+says so, plus expected.json:
   prompt_ids        the token ids the tests feed
   token_logprobs    teacher-forced log p(id_i | ids_<i) for i >= 1, fp32 eager attention
   greedy_ids        32 greedily generated ids after the prompt
+  min_greedy_margin the smallest top-1 minus top-2 logit gap of those steps (a tiny gap
+                    would make the greedy ids fragile)
 
 Run it with torch and transformers installed (not needed by CI, which only reads the
-files):  python3 python/tools/make_parity_checkpoints.py tests/data/parity
+files):  python3 python/tools/make_parity_checkpoints.py tests/data/parity [case ...]
+(all cases without names).
 """
 import json
 import os
@@ -17,7 +22,16 @@ import sys
 
 import torch
 import transformers
-from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                          MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+
+MODELS = {
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM),
+    "llama": (LlamaConfig, LlamaForCausalLM),
+    "mistral": (MistralConfig, MistralForCausalLM),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+    "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+}
 
 CASES = {
     # A context longer than the sliding window; one KV head; query_pre_attn_scalar differs
@@ -33,6 +47,51 @@ CASES = {
                                layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=12,
                                tie_word_embeddings=False),
                    spelling="5.x", prompt_len=14, seed=2),
+    # Llama 3.x: llama3 RoPE scaling whose bands all occur at head_dim 12 (wavelengths 6, 56
+    # and 500+ against 16 and 64), head_dim written apart from hidden / heads, GQA 6:2,
+    # untied lm_head; as transformers 5.x writes it.
+    "llama3_5x": dict(model="llama",
+                      config=dict(vocab_size=101, hidden_size=48, intermediate_size=72, num_hidden_layers=2,
+                                  num_attention_heads=6, num_key_value_heads=2, head_dim=12, rms_norm_eps=1e-5,
+                                  max_position_embeddings=256, tie_word_embeddings=False,
+                                  rope_parameters=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                                                       high_freq_factor=4.0, original_max_position_embeddings=64,
+                                                       rope_theta=500000.0)),
+                      spelling="5.x", prompt_len=18, seed=33),
+    # Llama 2 style in the 4.x spelling (rope_theta, rope_scaling with the old "type" key,
+    # no head_dim): linear RoPE scaling by 3, full multi-head attention, tied embeddings,
+    # and llama's optional attention and MLP biases.
+    "llama2_4x": dict(model="llama",
+                      config=dict(vocab_size=89, hidden_size=40, intermediate_size=60, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True,
+                                  attention_bias=True, mlp_bias=True, max_position_embeddings=512,
+                                  rope_parameters=dict(rope_type="linear", factor=3.0, rope_theta=10000.0)),
+                      spelling="4.x", prompt_len=15, seed=4),
+    # Qwen2: q/k/v biases, tied embeddings, GQA 6:2, and sliding windows (5) from
+    # use_sliding_window + max_window_layers in the 4.x spelling, so layers 1 and 2 slide.
+    "qwen2_4x": dict(model="qwen2",
+                     config=dict(vocab_size=97, hidden_size=48, intermediate_size=56, num_hidden_layers=3,
+                                 num_attention_heads=6, num_key_value_heads=2, tie_word_embeddings=True,
+                                 use_sliding_window=True, sliding_window=5, max_window_layers=1,
+                                 max_position_embeddings=1024, rope_parameters=dict(rope_type="default",
+                                                                                    rope_theta=1000000.0)),
+                     spelling="4.x", prompt_len=16, seed=33),
+    # Qwen3: per-head q/k RMSNorm, head_dim 16 while hidden / heads is 10, GQA 4:2, untied;
+    # as transformers 5.x writes it (layer_types, flat rope_parameters).
+    "qwen3_5x": dict(model="qwen3",
+                     config=dict(vocab_size=83, hidden_size=40, intermediate_size=64, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=16, tie_word_embeddings=False,
+                                 max_position_embeddings=1024, rope_parameters=dict(rope_type="default",
+                                                                                    rope_theta=1000000.0)),
+                     spelling="5.x", prompt_len=17, seed=26),
+    # Mistral: a sliding window of 6 on every layer, GQA 4:1, untied; 4.x spelling without
+    # head_dim.
+    "mistral_4x": dict(model="mistral",
+                       config=dict(vocab_size=79, hidden_size=32, intermediate_size=68, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=1, sliding_window=6,
+                                   tie_word_embeddings=False, max_position_embeddings=2048,
+                                   rope_parameters=dict(rope_type="default", rope_theta=1000000.0)),
+                       spelling="4.x", prompt_len=20, seed=7),
 }
 GREEDY_STEPS = 32
 
@@ -70,14 +129,40 @@ def to_4x_spelling(cfg):
     return cfg
 
 
-def main(out_root):
-    for name, case in CASES.items():
+def to_4x_decoder_spelling(cfg):
+    """transformers 4.x wrote rope_theta and rope_scaling (with "type" before 4.45) beside the
+    other fields, and Llama and Mistral configs before 4.45 had no head_dim; Qwen2 configs
+    named their windows with use_sliding_window and max_window_layers, not layer_types."""
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params.pop("rope_theta")
+    rope_type = params.pop("rope_type")
+    cfg["rope_scaling"] = None if rope_type == "default" else {"type": rope_type, **params}
+    cfg.pop("layer_types", None)
+    if cfg["model_type"] in ("llama", "mistral"):
+        assert cfg["head_dim"] == cfg["hidden_size"] // cfg["num_attention_heads"]
+        cfg.pop("head_dim")
+    return cfg
+
+
+def main(out_root, names):
+    for name in names:
+        case = CASES[name]
+        family = case.get("model", "gemma3")
+        config_class, model_class = MODELS[family]
         torch.manual_seed(case["seed"])
-        config = Gemma3TextConfig(**case["config"], torch_dtype="float32")
-        model = Gemma3ForCausalLM(config).eval()
+        if family == "gemma3":
+            config = config_class(**case["config"], torch_dtype="float32")
+        else:
+            config = config_class(**case["config"], dtype="float32", attn_implementation="eager")
+        model = model_class(config).eval()
         with torch.no_grad():
             for pname, p in model.named_parameters():
-                p.copy_(torch.randn_like(p) * (0.1 if "norm" in pname else 0.05))
+                if "norm" not in pname:
+                    p.copy_(torch.randn_like(p) * 0.05)
+                elif family == "gemma3":  # Gemma's norms scale by (1 + w)
+                    p.copy_(torch.randn_like(p) * 0.1)
+                else:
+                    p.copy_(1.0 + torch.randn_like(p) * 0.1)
         out = os.path.join(out_root, name)
         os.makedirs(out, exist_ok=True)
         model.save_pretrained(out, safe_serialization=True)
@@ -85,7 +170,7 @@ def main(out_root):
         with open(cfg_path) as f:
             cfg = json.load(f)
         if case["spelling"] == "4.x":
-            cfg = to_4x_spelling(cfg)
+            cfg = to_4x_spelling(cfg) if family == "gemma3" else to_4x_decoder_spelling(cfg)
         with open(cfg_path, "w") as f:
             json.dump(cfg, f, indent=2, sort_keys=True)
         if name == "window_4x":
@@ -96,22 +181,30 @@ def main(out_root):
 
         g = torch.Generator().manual_seed(case["seed"] + 100)
         prompt = torch.randint(3, config.vocab_size, (1, case["prompt_len"]), generator=g)
-        prompt[0, 0] = 2  # bos
+        prompt[0, 0] = 2 if family == "gemma3" else 1  # bos
         with torch.no_grad():
             logits = model(prompt).logits.float()
             logp = torch.log_softmax(logits, dim=-1)
             token_logprobs = [logp[0, i - 1, prompt[0, i]].item() for i in range(1, prompt.shape[1])]
             ids = prompt.clone()
             greedy = []
+            margin = float("inf")
             for _ in range(GREEDY_STEPS):  # full recompute: no cache involved in the reference
-                nxt = int(model(ids).logits[0, -1].argmax())
+                last = model(ids).logits[0, -1]
+                top2 = torch.topk(last, 2).values
+                margin = min(margin, float(top2[0] - top2[1]))
+                nxt = int(last.argmax())
                 greedy.append(nxt)
                 ids = torch.cat([ids, torch.tensor([[nxt]])], dim=1)
+        result = {"prompt_ids": prompt[0].tolist(), "token_logprobs": token_logprobs, "greedy_ids": greedy}
+        if family != "gemma3":
+            result["min_greedy_margin"] = margin
+        result.update({"transformers": transformers.__version__, "torch": torch.__version__})
         with open(os.path.join(out, "expected.json"), "w") as f:
-            json.dump({"prompt_ids": prompt[0].tolist(), "token_logprobs": token_logprobs, "greedy_ids": greedy,
-                       "transformers": transformers.__version__, "torch": torch.__version__}, f, indent=1)
-        print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters -> {out}")
+            json.dump(result, f, indent=1)
+        print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters, greedy margin {margin:.3g} -> {out}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "tests/data/parity")
+    root = sys.argv[1] if len(sys.argv) > 1 else "tests/data/parity"
+    main(root, sys.argv[2:] or list(CASES))

@@ -13,9 +13,11 @@
 //                y = x * rsqrt(mean(x^2) + eps) * (w + weight_offset)  (Gemma: offset 1).
 //   kLinear      in: x [..., K]  w: W_i [N_i, K] (HF layout), then optional biases b_i [N_i]
 //                (attrs.has_bias)  out: one [..., N_i] per weight (fused QKV, gate/up).
-//   kRope        in: x [B, T, heads * head_dim], positions [B, T] (i32/i64)  out: like x.
-//                Rotate-half over the whole head_dim, inv_freq_i = theta^(-2i/head_dim),
-//                angle = position * inv_freq_i * scale (scale < 1: linear RoPE scaling).
+//   kRope        in: x [B, T, heads * head_dim], positions [B, T] (i32/i64)
+//                w: optional inv_freq [head_dim / 2] (f32)  out: like x.
+//                Rotate-half over the whole head_dim, angle = (position * scale) * inv_freq_i
+//                (scale < 1: linear RoPE scaling), inv_freq_i from the weight when there is
+//                one (Llama-3 scaling precomputes them), else theta^(-2i/head_dim).
 //   kAttention   in: q [B, T, heads*hd], k [B, T, kv_heads*hd], v [B, T, kv_heads*hd],
 //                positions [B, T]  state: slot `state` (K and V caches, [max_ctx, kv_heads*hd])
 //                out: [B, T, heads*hd]. B must be 1. Writes k, v at their positions, then

@@ -331,7 +331,8 @@ class Validator {
   }
 
   Status check_rope(const Node& node) const {
-    GEARBOX_RETURN_IF_ERROR(arity(node, 2, 1, 0, "(x, positions)"));
+    // The inverse-frequency table is optional: 0 weights or 1.
+    GEARBOX_RETURN_IF_ERROR(arity(node, 2, 1, node.weights.empty() ? 0 : 1, "(x, positions)"));
     GEARBOX_RETURN_IF_ERROR(index_input(node, 1, "positions"));
     const OpAttrs& a = node.attrs;
     if (a.heads <= 0) return error("heads " + std::to_string(a.heads) + " must be positive");
@@ -339,6 +340,14 @@ class Validator {
       return error("head_dim " + std::to_string(a.head_dim) + " must be positive and even");
     }
     if (!finite_positive(a.theta)) return error("theta " + num(a.theta) + " must be positive and finite");
+    if (!node.weights.empty()) {
+      const WeightInfo& w = weight(node.weights[0]);
+      if (w.dtype != DataType::kF32 || !(w.dims == Dims{a.head_dim / 2})) {
+        return error("the inverse frequencies " + weight_label(node.weights[0]) + " are " + data_type_name(w.dtype) +
+                     " " + w.dims.to_string() + "; they must be f32 [" + std::to_string(a.head_dim / 2) +
+                     "] (head_dim / 2)");
+      }
+    }
     return Status::ok_status();
   }
 

@@ -1,5 +1,7 @@
-// The Gemma-3 text decoder as a gearbox network (HF transformers `models/gemma3`
-// semantics; see docs/ARCHITECTURE.md and the formulas in the reference notes).
+// Gemma-3's text decoder by its own hyperparameters (HF transformers `models/gemma3`
+// semantics), built as a DecoderDescription (decoder.h): RMSNorm x * (1 + w), q/k norms,
+// four norms per layer, GELU-tanh, embeddings scaled by sqrt(hidden), sliding layers with
+// their own RoPE base.
 //
 //   models::Gemma3Config config = models::gemma3_mini_config();
 //   models::RandomWeights weights(/*seed=*/1);
@@ -7,14 +9,11 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
-#include <span>
-#include <string>
 #include <vector>
 
 #include "gearbox/data_type.h"
 #include "gearbox/status.h"
-#include "ir/network.h"
+#include "models/decoder.h"
 
 namespace gearbox::models {
 
@@ -50,33 +49,15 @@ Gemma3Config gemma3_mini_config();
 /// layer...). Errors: kInvalidArgument naming the field.
 Status validate_config(const Gemma3Config& config);
 
-/// Supplies weight bytes: `name` (HF naming), `dims` and the config's dtype; writes
-/// volume * dtype size bytes to `out`.
-class WeightSource {
- public:
-  virtual ~WeightSource() = default;
-  virtual Status fill(const std::string& name, const Dims& dims, DataType dtype, std::span<uint8_t> out) = 0;
-};
+/// The decoder `config` describes (family "gemma3"). `config` must be valid.
+DecoderDescription gemma3_description(const Gemma3Config& config);
 
-/// Seeded random weights (no download): N(0, 0.02) for projections and embeddings, and
-/// small random norm weights, so that every weight matters to the output.
-class RandomWeights final : public WeightSource {
- public:
-  explicit RandomWeights(uint64_t seed) : seed_(seed) {}
-  Status fill(const std::string& name, const Dims& dims, DataType dtype, std::span<uint8_t> out) override;
+/// The Gemma3Config of a Gemma-3 description: the inverse of gemma3_description(). Errors:
+/// kUnimplemented naming what Gemma3Config cannot hold (another family, sliding layers of
+/// different windows, scaled RoPE on sliding layers, llama3 scaling, ...).
+Result<Gemma3Config> gemma3_config(const DecoderDescription& description);
 
- private:
-  uint64_t seed_;
-};
-
-/// A network and its weight payload (64-byte aligned weights).
-struct BuiltModel {
-  ir::Network network;
-  std::vector<uint8_t> payload;
-};
-
-/// Builds the network: inputs `tokens` and `positions` ([1, seq], i64), output `logits`
-/// (f32, [1, 1, vocab] or [1, seq, vocab] with all_logits).
+/// validate_config(), then build_decoder(gemma3_description(config), weights).
 Result<BuiltModel> build_gemma3(const Gemma3Config& config, WeightSource& weights);
 
 }  // namespace gearbox::models

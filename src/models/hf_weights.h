@@ -1,9 +1,9 @@
-// Feeds build_gemma3() from a safetensors checkpoint: maps gearbox's (HF) weight names
+// Feeds build_decoder() from a safetensors checkpoint: maps gearbox's (HF) weight names
 // onto the checkpoint's, checks shapes and converts dtypes.
 //
 //   Result<std::string> prefix = models::detect_weight_prefix(checkpoint);
 //   models::CheckpointWeights weights(checkpoint, *prefix);
-//   Result<models::BuiltModel> model = models::build_gemma3(config, weights);
+//   Result<models::BuiltModel> model = models::build_decoder(description, weights);
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include "gearbox/data_type.h"
 #include "gearbox/dims.h"
 #include "gearbox/status.h"
-#include "models/gemma3.h"
+#include "models/decoder.h"
 #include "models/safetensors.h"
 
 namespace gearbox::models {

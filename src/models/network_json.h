@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "gearbox/status.h"
-#include "models/gemma3.h"
+#include "models/decoder.h"
 #include "models/safetensors.h"
 
 namespace gearbox::models {

@@ -649,7 +649,13 @@ TEST(ValidateNetwork, EachRuleHasItsOwnMessage) {
       {"rope without positions", [=](N& n, P&) { rope(n).inputs.pop_back(); },
        "(rope): needs 2 inputs (x, positions), has 1"},
       {"rope with f32 positions", [=](N& n, P&) { rope(n).inputs[1] = 2; }, "positions must be i32 or i64, not f32"},
-      {"rope with a weight", [=](N& n, P&) { rope(n).weights = {0}; }, "needs 0 weights, has 1"},
+      {"rope with two weights",
+       [=](N& n, P&) {
+         rope(n).weights = {0, 0};
+       },
+       "needs 1 weight, has 2"},
+      {"rope with a table of the wrong shape", [=](N& n, P&) { rope(n).weights = {0}; },
+       "the inverse frequencies weight 0 'embed.weight' are bf16 [16, 8]; they must be f32 [2] (head_dim / 2)"},
       {"rope heads 0", [=](N& n, P&) { rope(n).attrs.heads = 0; }, "heads 0 must be positive"},
       {"rope odd head_dim", [=](N& n, P&) { rope(n).attrs.head_dim = 3; }, "head_dim 3 must be positive and even"},
       {"rope theta NaN", [=](N& n, P&) { rope(n).attrs.theta = nan; }, "theta nan must be positive and finite"},

@@ -562,10 +562,22 @@ std::vector<ConfigError> config_errors() {
               [](Json& j) {
                 j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
               }),
-       C::kUnimplemented, "rope_scaling rope type 'yarn' is not supported; gearbox supports default and linear"},
+       C::kUnimplemented,
+       "rope_scaling.rope_type 'yarn' is not supported; gearbox supports default, linear and llama3"},
       {"unknown 5.x rope type",
-       edited(v5_config(), [](Json& j) { j["rope_parameters"]["full_attention"]["rope_type"] = "llama3"; }),
-       C::kUnimplemented, "rope_parameters.full_attention rope type 'llama3' is not supported"},
+       edited(v5_config(), [](Json& j) { j["rope_parameters"]["full_attention"]["rope_type"] = "dynamic"; }),
+       C::kUnimplemented, "rope_parameters.full_attention.rope_type 'dynamic' is not supported"},
+      {"llama3 RoPE, which Gemma3Config cannot hold",
+       edited(v5_config(),
+              [](Json& j) {
+                j["rope_parameters"]["full_attention"] = {{"rope_type", "llama3"},
+                                                          {"factor", 8},
+                                                          {"low_freq_factor", 1},
+                                                          {"high_freq_factor", 4},
+                                                          {"original_max_position_embeddings", 64},
+                                                          {"rope_theta", 5e5}};
+              }),
+       C::kUnimplemented, "a Gemma3Config cannot hold llama3 RoPE scaling"},
       {"linear without factor",
        edited(base,
               [](Json& j) {
@@ -573,11 +585,12 @@ std::vector<ConfigError> config_errors() {
               }),
        C::kDataLoss, "rope_scaling.factor is missing for linear RoPE"},
       {"scaled sliding layers",
-       edited(v5_config(),
-              [](Json& j) {
-                j["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2}};
-              }),
-       C::kUnimplemented, "rope_parameters.sliding_attention: RoPE scaling on sliding layers is not supported"},
+       edited(
+           v5_config(),
+           [](Json& j) {
+             j["rope_parameters"]["sliding_attention"] = {{"rope_type", "linear"}, {"factor", 2}, {"rope_theta", 1e4}};
+           }),
+       C::kUnimplemented, "a Gemma3Config cannot hold RoPE scaling on sliding layers"},
       {"missing rope_theta", edited(base, [](Json& j) { j.erase("rope_theta"); }), C::kDataLoss,
        "rope_theta is missing"},
       {"layer_types length",
@@ -591,14 +604,18 @@ std::vector<ConfigError> config_errors() {
       {"no layer kinds", edited(base, [](Json& j) { j.erase("sliding_window_pattern"); }), C::kDataLoss,
        "layer_types and sliding_window_pattern are both missing"},
       {"bad activation", edited(base, [](Json& j) { j["hidden_activation"] = "gelu"; }), C::kUnimplemented,
-       "hidden_activation 'gelu' is not supported; Gemma-3 uses gelu_pytorch_tanh"},
+       "hidden_activation 'gelu' is not supported; gearbox supports silu and gelu_pytorch_tanh"},
       {"bad hidden_act",
        edited(base,
               [](Json& j) {
                 j.erase("hidden_activation");
-                j["hidden_act"] = "silu";
+                j["hidden_act"] = "relu";
               }),
-       C::kUnimplemented, "hidden_act 'silu' is not supported"},
+       C::kUnimplemented, "hidden_act 'relu' is not supported"},
+      {"bidirectional attention", edited(base, [](Json& j) { j["use_bidirectional_attention"] = true; }),
+       C::kUnimplemented, "use_bidirectional_attention true is not supported (causal attention only)"},
+      {"attention bias", edited(base, [](Json& j) { j["attention_bias"] = true; }), C::kUnimplemented,
+       "attention_bias true is not supported for gemma3 (no projection biases)"},
       {"bad dtype", edited(base, [](Json& j) { j["torch_dtype"] = "float64"; }), C::kUnimplemented,
        "torch_dtype 'float64' is not supported; use float32, bfloat16 or float16"},
       {"bad eos",
@@ -610,7 +627,7 @@ std::vector<ConfigError> config_errors() {
       {"bad tie", edited(base, [](Json& j) { j["tie_word_embeddings"] = "yes"; }), C::kDataLoss,
        "tie_word_embeddings must be true or false, got 'yes'"},
       {"other model", edited(base, [](Json& j) { j["model_type"] = "llama"; }), C::kUnimplemented,
-       "model_type 'llama' is not supported; gearbox reads gemma3_text and gemma3 configs"},
+       "model_type 'llama' is not a Gemma-3 config (gemma3_text or gemma3)"},
       {"no model_type", edited(base, [](Json& j) { j.erase("model_type"); }), C::kDataLoss, "model_type is missing"},
       {"multimodal without text_config", edited(multimodal_config(), [](Json& j) { j.erase("text_config"); }),
        C::kDataLoss, "text_config is missing from a gemma3 config"},

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Parity of gearbox with HF transformers on a committed checkpoint (tests/data/parity/).
 
-Builds an f32 engine from the checkpoint, scores the reference prompt teacher-forced (one
-token per call, the decode path, and each prefix in one call, the prefill path) and
-generates greedily, and compares with expected.json (written by
+Builds an f32 engine from the checkpoint with `gearbox build --hf`, scores the reference
+prompt teacher-forced (one token per call, the decode path, and each prefix in one call,
+the prefill path) and generates greedily, and compares with expected.json (written by
 python/tools/make_parity_checkpoints.py from HF transformers in fp32):
   every |log p difference| <= --tolerance (default 1e-4) on both paths, and the 32 greedy
   ids identical.

@@ -29,6 +29,8 @@ constexpr uint32_t kAttentionTiled = 2;
 class CpuWeights final : public DeviceWeights {
  public:
   std::vector<std::vector<float>> per_weight;  // f32, index = weight id
+  // Per node id: a RoPE node's inverse frequencies (its weight, or computed from theta).
+  std::vector<std::vector<float>> rope_freqs;
   int64_t bytes() const noexcept override {
     int64_t total = 0;
     for (const auto& w : per_weight) total += static_cast<int64_t>(w.size() * sizeof(float));
@@ -88,7 +90,8 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
     }
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
-      return cpu::rope(f(0), in(1), in_type(1), out(0), x[0] * x[1], at.heads, at.head_dim, at.theta)
+      return cpu::rope_with_freqs(f(0), in(1), in_type(1), out(0), x[0] * x[1], at.heads, at.head_dim,
+                                  weights.rope_freqs[n], at.scale)
           .with_context(node.name);
     }
     case OpKind::kAttention: {
@@ -207,6 +210,19 @@ class CpuBackend final : public DeviceBackend {
         return resource_exhausted("out of host memory uploading weight '" + info.name + "'");
       }
       convert_to_f32(payload.data() + info.offset, info.dtype, count, weights->per_weight[i].data());
+    }
+    weights->rope_freqs.resize(net.nodes.size());
+    for (size_t n = 0; n < net.nodes.size(); ++n) {
+      const Node& node = net.nodes[n];
+      if (node.kind != OpKind::kRope) continue;
+      std::vector<float>& freqs = weights->rope_freqs[n];
+      if (!node.weights.empty()) {
+        freqs = weights->per_weight[static_cast<size_t>(node.weights[0])];
+      } else {
+        for (int64_t i = 0; i < node.attrs.head_dim / 2; ++i) {
+          freqs.push_back(cpu::rope_inv_freq(node.attrs.theta, i, node.attrs.head_dim));
+        }
+      }
     }
     return std::shared_ptr<DeviceWeights>(std::move(weights));
   }

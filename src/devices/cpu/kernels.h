@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "gearbox/data_type.h"
 #include "gearbox/status.h"
@@ -47,6 +48,10 @@ int64_t linear_blocked_scratch_floats(int64_t K);
 /// x and y may alias. Errors: a negative position -> kInvalidArgument (nothing written).
 Status rope(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
             int64_t head_dim, float theta);
+/// rope() with the inverse frequencies given (inv_freq [head_dim / 2]) and the angle
+/// (float(pos) * position_scale) * inv_freq_i, as the CUDA kernels compute it.
+Status rope_with_freqs(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
+                       int64_t head_dim, std::span<const float> inv_freq, float position_scale);
 /// inv_freq_i = 1 / theta^(2i / head_dim) in f32, as rope() computes it (the CUDA device
 /// uploads these values, so that both devices rotate by the same angles).
 float rope_inv_freq(float theta, int64_t i, int64_t head_dim);

@@ -68,8 +68,13 @@ float rope_inv_freq(float theta, int64_t i, int64_t head_dim) {
   return 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
 }
 
-Status rope(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
-            int64_t head_dim, float theta) {
+namespace {
+
+// Rotate-half RoPE with inv_freq_i = freq(i) and the angle (float(pos) * position_scale) *
+// inv_freq_i; angles and cos/sin in f32, as HF computes them.
+template <typename Freq>
+Status rotate(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
+              int64_t head_dim, Freq freq, float position_scale) {
   if (!is_index_type(pos_type)) return not_an_index_type("positions", pos_type);
   if (head_dim <= 0 || head_dim % 2 != 0) {
     return invalid_argument("rotate-half RoPE needs a positive, even head_dim; got " + std::to_string(head_dim));
@@ -83,13 +88,11 @@ Status rope(const float* x, const void* positions, DataType pos_type, float* y, 
   const int64_t half = head_dim / 2;
   const int64_t width = heads * head_dim;
   for (int64_t t = 0; t < T; ++t) {
-    // As HF computes it: inv_freq, the angle and its cos/sin all in f32.
-    const auto pos = static_cast<float>(index_at(positions, pos_type, t));
+    const float pos = static_cast<float>(index_at(positions, pos_type, t)) * position_scale;
     const float* xt = x + t * width;
     float* yt = y + t * width;
     for (int64_t i = 0; i < half; ++i) {
-      const float inv_freq = rope_inv_freq(theta, i, head_dim);
-      const float angle = pos * inv_freq;
+      const float angle = pos * freq(i);
       const float c = std::cos(angle);
       const float s = std::sin(angle);
       for (int64_t h = 0; h < heads; ++h) {
@@ -102,6 +105,24 @@ Status rope(const float* x, const void* positions, DataType pos_type, float* y, 
     }
   }
   return Status::ok_status();
+}
+
+}  // namespace
+
+Status rope(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
+            int64_t head_dim, float theta) {
+  const auto freq = [&](int64_t i) { return rope_inv_freq(theta, i, head_dim); };
+  return rotate(x, positions, pos_type, y, T, heads, head_dim, freq, 1.0f);
+}
+
+Status rope_with_freqs(const float* x, const void* positions, DataType pos_type, float* y, int64_t T, int64_t heads,
+                       int64_t head_dim, std::span<const float> inv_freq, float position_scale) {
+  if (head_dim > 0 && static_cast<int64_t>(inv_freq.size()) != head_dim / 2) {
+    return invalid_argument("RoPE needs " + std::to_string(head_dim / 2) + " inverse frequencies (head_dim / 2), got " +
+                            std::to_string(inv_freq.size()));
+  }
+  const auto freq = [&](int64_t i) { return inv_freq[static_cast<size_t>(i)]; };
+  return rotate(x, positions, pos_type, y, T, heads, head_dim, freq, position_scale);
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {

@@ -139,14 +139,17 @@ cudaStream_t native(StreamImpl& s) { return static_cast<CudaStream&>(s).get(); }
 // ---- weights ---------------------------------------------------------------------------------------
 
 /// Uploads one inverse-frequency table per distinct (theta, head_dim) of the network's RoPE
-/// nodes, so that the rotations use the CPU's values and no kernel computes a pow. Each table
-/// starts on 16 bytes (head_norm_rope's warp form takes a table only where it is 16-byte aligned).
+/// nodes without a table of their own, so that the rotations use the CPU's values and no
+/// kernel computes a pow. Each table starts on 16 bytes (head_norm_rope's warp form takes a
+/// table only where it is 16-byte aligned; weights start on 64).
 Status upload_rope_tables(const Network& net, CudaWeights* w) {
   std::map<std::pair<float, int64_t>, size_t> offsets;  // in floats
   std::vector<float> host;
   for (const Node& node : net.nodes) {
     const std::pair<float, int64_t> key{node.attrs.theta, node.attrs.head_dim};
-    if (node.kind != OpKind::kRope || node.attrs.head_dim <= 0 || offsets.contains(key)) continue;
+    if (node.kind != OpKind::kRope || !node.weights.empty() || node.attrs.head_dim <= 0 || offsets.contains(key)) {
+      continue;
+    }
     host.resize((host.size() + 3) / 4 * 4, 0.0f);
     offsets.emplace(key, host.size());
     for (int64_t i = 0; i < node.attrs.head_dim / 2; ++i) {

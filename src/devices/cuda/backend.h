@@ -106,10 +106,11 @@ class CudaWeights final : public DeviceWeights {
     if (rope_base != nullptr) (void)cudaFree(rope_base);
   }
   int64_t bytes() const noexcept override { return size; }
-  /// The network's RoPE inverse frequencies for (theta, head_dim) (cpu::rope_inv_freq's
-  /// values, head_dim / 2 floats), or null.
-  const float* rope_table(float theta, int64_t head_dim) const {
-    const auto it = rope_tables.find({theta, head_dim});
+  /// A RoPE node's inverse frequencies (head_dim / 2 floats): its weight when it has one,
+  /// else the table for its (theta, head_dim) (cpu::rope_inv_freq's values), or null.
+  const float* rope_table(const ir::Node& rope) const {
+    if (!rope.weights.empty()) return static_cast<const float*>(ptr[static_cast<size_t>(rope.weights[0])]);
+    const auto it = rope_tables.find({rope.attrs.theta, rope.attrs.head_dim});
     return it == rope_tables.end() ? nullptr : it->second;
   }
   void* base = nullptr;

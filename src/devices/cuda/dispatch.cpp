@@ -271,12 +271,20 @@ Result<RoundedGateUp> run_linear_rounded(const Network& net, const CudaWeights& 
   return RoundedGateUp{base, base + m * width * bytes, width};
 }
 
-Status run_rope(const Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch) {
+Status run_rope(const Network& net, const CudaWeights& weights, size_t n, const NodeArgs& a,
+                const cuda::Launch& launch) {
   const Node& node = net.nodes[n];
   const ir::OpAttrs& at = node.attrs;
   const auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   const Dims& x = a.dims[static_cast<size_t>(node.inputs[0])];
   const bool pos_i64 = net.tensors[static_cast<size_t>(node.inputs[1])].dtype == DataType::kI64;
+  if (!node.weights.empty()) {
+    return cuda_check(
+        cuda::rope_with_freqs(static_cast<const float*>(in(0)), in(1), pos_i64,
+                              static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[0])]), x[0] * x[1],
+                              at.heads, at.head_dim, weights.rope_table(node), at.scale, fault_flag(a), launch),
+        ir::op_kind_name(node.kind));
+  }
   return cuda_check(cuda::rope(static_cast<const float*>(in(0)), in(1), pos_i64,
                                static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[0])]), x[0] * x[1],
                                at.heads, at.head_dim, at.theta, at.scale, fault_flag(a), launch),
@@ -366,7 +374,7 @@ Status run_node(const Network& net, const CudaWeights& weights, size_t n, uint32
     case OpKind::kLinear:
       return is_gemv(tactic) ? run_linear_gemv(net, weights, n, tactic, a, launch)
                              : run_linear_gemm(net, weights, n, tactic, a, launch, input_in_scratch);
-    case OpKind::kRope: return run_rope(net, n, a, launch);
+    case OpKind::kRope: return run_rope(net, weights, n, a, launch);
     case OpKind::kAttention: return run_attention(net, n, tactic, a, launch);
     case OpKind::kGeluTanhMul:
     case OpKind::kSiluMul: return run_gated_activation(net, n, a, launch);

@@ -108,7 +108,8 @@ Result<const float*> run_linear_stacked_kept(const ir::Network& net, const CudaW
 /// second output tensor is not written.
 Result<RoundedGateUp> run_linear_rounded(const ir::Network& net, const CudaWeights& weights, size_t n, uint32_t tactic,
                                          const NodeArgs& a, const cuda::Launch& launch, bool input_in_scratch);
-Status run_rope(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_rope(const ir::Network& net, const CudaWeights& weights, size_t n, const NodeArgs& a,
+                const cuda::Launch& launch);
 Status run_attention(const ir::Network& net, size_t n, uint32_t tactic, const NodeArgs& a, const cuda::Launch& launch);
 /// gelu_tanh_mul or silu_mul.
 Status run_gated_activation(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);

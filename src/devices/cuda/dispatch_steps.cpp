@@ -63,7 +63,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                     rope.attrs.heads,
                     rope.attrs.theta,
                     rope.attrs.scale,
-                    weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
+                    weights.rope_table(rope)};
       }
       size_t count = pairs;
       if (qkv != nullptr) {
@@ -162,7 +162,7 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
                                           q_norm.attrs.weight_offset,
                                           rope.attrs.theta,
                                           rope.attrs.scale,
-                                          weights.rope_table(rope.attrs.theta, rope.attrs.head_dim)};
+                                          weights.rope_table(rope)};
     return cuda_check(cuda::attention_decode_head_norm<W>(
                           tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
                           tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,

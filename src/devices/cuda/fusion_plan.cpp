@@ -56,7 +56,8 @@ std::vector<Step> plan_steps(const Network& net, bool fuse) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1, i + 2, i + 3}});
       steps.back().feeds_attention = e != nullptr && e->kind == OpKind::kAttention && only_reader_is(*c, e, 0) &&
                                      only_reader_is(*d, e, 1) && e->inputs[3] == c->inputs[1] &&
-                                     c->attrs.theta == d->attrs.theta && c->attrs.scale == d->attrs.scale;
+                                     c->attrs.theta == d->attrs.theta && c->attrs.scale == d->attrs.scale &&
+                                     c->weights == d->weights;
       i += 4;
     } else if (fuse && head_norm(a) && rope_of(*a, b)) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1}});

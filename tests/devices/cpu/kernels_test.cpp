@@ -353,6 +353,65 @@ TEST(Rope, RejectsBadInputAndWritesNothing) {
   }
 }
 
+// Given inverse frequencies (Llama-3 scaling precomputes them) and a position scale (linear
+// scaling): the angle (float(pos) * scale) * inv_freq_i in f32, cos/sin and rotation in double.
+TEST(Rope, WithFreqsAndPositionScale) {
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> freq_dist(1e-5f, 1.0f);
+  for (DataType type : kIndexTypes) {
+    for (int64_t hd : {2, 12, 80}) {
+      for (float scale : {1.0f, 0.25f, 0.3f}) {
+        constexpr int64_t kT = 5, kHeads = 3;
+        std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+        for (float& f : inv_freq) f = freq_dist(rng);
+        const std::vector<float> x = random_floats(rng, kT * kHeads * hd);
+        const std::vector<int64_t> pos = iota(1000, kT);
+        std::vector<double> ref(x.size());
+        for (size_t t = 0; t < pos.size(); ++t) {
+          for (int64_t i = 0; i < hd / 2; ++i) {
+            const double angle = static_cast<float>(pos[t]) * scale * inv_freq[static_cast<size_t>(i)];
+            for (int64_t h = 0; h < kHeads; ++h) {
+              const size_t base = (t * kHeads + h) * hd;
+              const double a = x[base + i], b = x[base + i + hd / 2];
+              ref[base + i] = a * std::cos(angle) - b * std::sin(angle);
+              ref[base + i + hd / 2] = b * std::cos(angle) + a * std::sin(angle);
+            }
+          }
+        }
+        const Indices p(type, pos);
+        const std::string where =
+            std::string(data_type_name(type)) + " hd " + std::to_string(hd) + " scale " + std::to_string(scale);
+        Guarded out(kT * kHeads * hd);
+        ASSERT_TRUE(rope_with_freqs(x.data(), p.data(), type, out.data(), kT, kHeads, hd, inv_freq, scale).ok());
+        EXPECT_TRUE(matches(out.data(), ref, kF32)) << where;
+        EXPECT_TRUE(out.guards_intact()) << where;
+      }
+    }
+  }
+}
+
+TEST(Rope, WithThetasFreqsIsRopeAndChecksTheirCount) {
+  std::mt19937 rng(10);
+  constexpr int64_t kT = 7, kHeads = 2, kHeadDim = 16;
+  const std::vector<float> x = random_floats(rng, kT * kHeads * kHeadDim);
+  const Indices pos(DataType::kI64, iota(4000, kT));
+  std::vector<float> inv_freq;
+  for (int64_t i = 0; i < kHeadDim / 2; ++i) inv_freq.push_back(rope_inv_freq(5e5f, i, kHeadDim));
+  std::vector<float> want(x.size()), got(x.size());
+  ASSERT_TRUE(rope(x.data(), pos.data(), DataType::kI64, want.data(), kT, kHeads, kHeadDim, 5e5f).ok());
+  ASSERT_TRUE(
+      rope_with_freqs(x.data(), pos.data(), DataType::kI64, got.data(), kT, kHeads, kHeadDim, inv_freq, 1.0f).ok());
+  EXPECT_EQ(got, want);  // bit for bit
+
+  inv_freq.pop_back();
+  Guarded out(kT * kHeads * kHeadDim);
+  const Status s =
+      rope_with_freqs(x.data(), pos.data(), DataType::kI64, out.data(), kT, kHeads, kHeadDim, inv_freq, 1.0f);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "RoPE needs 8 inverse frequencies (head_dim / 2), got 7");
+  EXPECT_TRUE(out.all_poison());
+}
+
 // ---- kv_cache_write -----------------------------------------------------------------------
 
 TEST(KvCacheWrite, WritesEachTokenAtItsPositionAndNothingElse) {

@@ -120,6 +120,38 @@ TEST_F(CudaKernels, RopePositionScaleScalesThePosition) {
   EXPECT_TRUE(y.guard_intact());
 }
 
+TEST_F(CudaKernels, RopeWithFreqsMatchesCpu) {
+  // Given inverse frequencies (Llama-3 scaling): the same f32 angles as the CPU, so only
+  // sincosf and the rotation's rounding differ.
+  for (int64_t hd : {2, 16, 128}) {
+    for (float scale : {1.0f, 0.125f}) {
+      const int64_t T = 9, heads = 3;
+      const std::vector<float> x = random_floats(T * heads * hd, 10);
+      std::vector<float> inv_freq;
+      for (int64_t i = 0; i < hd / 2; ++i) inv_freq.push_back(0.9f / static_cast<float>(i + 1));
+      const std::vector<int64_t> pos = iota(300, T);
+      Indices d_pos(true, pos);
+      Floats d_x(x);
+      Floats d_freq(inv_freq);
+      Floats y = Floats::poisoned(T * heads * hd);
+      ASSERT_EQ(cudaSuccess, cuda::rope_with_freqs(d_x.get(), d_pos.get(), true, y.get(), T, heads, hd, d_freq.get(),
+                                                   scale, flag(), launch_));
+      EXPECT_EQ(take_flag(), 0);
+      std::vector<float> want(x.size());
+      ASSERT_TRUE(
+          cpu::rope_with_freqs(x.data(), pos.data(), DataType::kI64, want.data(), T, heads, hd, inv_freq, scale).ok());
+      const std::string what = "rope_with_freqs " + shape({{"hd", hd}}) + "scale=" + std::to_string(scale);
+      EXPECT_TRUE(close(what, y.download(), want, {2e-5, 1e-4}));
+      EXPECT_TRUE(y.guard_intact()) << what;
+    }
+  }
+  Floats y = Floats::poisoned(8);
+  Indices d_pos(true, {1});
+  EXPECT_EQ(cudaErrorInvalidValue,
+            cuda::rope_with_freqs(y.get(), d_pos.get(), true, y.get(), 1, 1, 8, nullptr, 1.0f, flag(), launch_))
+      << "no table";
+}
+
 TEST_F(CudaKernels, RopeNegativePositionPoisonsItsRowAndSetsTheFlag) {
   const int64_t heads = 2, hd = 8;
   Indices d_pos(false, {3, -1});

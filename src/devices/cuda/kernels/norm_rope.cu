@@ -130,11 +130,12 @@ void launch_rms_norm(const float* x, const W* w, float* y, int64_t rows, int dim
 
 constexpr int kRopeThreads = 128;
 
-/// One thread per (token t, frequency i < half), looping over the heads.
+/// One thread per (token t, frequency i < half), looping over the heads. inv_freq
+/// [head_dim / 2], or null to compute each from theta.
 /// grid: ceil(T * half / 128) blocks of 128 threads.
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int heads, int head_dim,
-                float theta, float position_scale, int* error_flag) {
+                float theta, const float* inv_freq, float position_scale, int* error_flag) {
   allow_next_kernel();
   wait_for_prior_kernels();
   const int half = head_dim / 2;
@@ -156,7 +157,11 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
   float c = 0.0f;
   float s = 0.0f;
-  rope_cos_sin(pos, i, head_dim, theta, position_scale, &c, &s);
+  if (inv_freq != nullptr) {
+    rope_angle_cos_sin(pos, position_scale, inv_freq[i], &c, &s);
+  } else {
+    rope_cos_sin(pos, i, head_dim, theta, position_scale, &c, &s);
+  }
   for (int h = 0; h < heads; ++h) {
     // Both inputs are read before either output is written, so y may be x.
     const float a = xt[h * head_dim + i];
@@ -336,8 +341,11 @@ cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t
   return cudaGetLastError();
 }
 
-cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
-                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch) {
+namespace {
+
+cudaError_t launch_rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                        int64_t head_dim, float theta, const float* inv_freq, float position_scale, int* error_flag,
+                        const Launch& launch) {
   if (T < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || heads > INT32_MAX || head_dim > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -345,8 +353,22 @@ cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, 
   if (work == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>((work + kRopeThreads - 1) / kRopeThreads);
   launch_kernel(rope_kernel, blocks, kRopeThreads, 0, launch, x, positions, pos_i64, y, T, static_cast<int>(heads),
-                static_cast<int>(head_dim), theta, position_scale, error_flag);
+                static_cast<int>(head_dim), theta, inv_freq, position_scale, error_flag);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch) {
+  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, theta, nullptr, position_scale, error_flag, launch);
+}
+
+cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                            int64_t head_dim, const float* inv_freq, float position_scale, int* error_flag,
+                            const Launch& launch) {
+  if (inv_freq == nullptr) return cudaErrorInvalidValue;
+  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, 0.0f, inv_freq, position_scale, error_flag, launch);
 }
 
 template <typename W>

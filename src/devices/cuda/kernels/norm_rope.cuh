@@ -22,6 +22,11 @@ cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t
 /// poisons its row with NaN and sets *error_flag (nullable).
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
                  int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch);
+/// rope() with the inverse frequencies given: inv_freq [head_dim / 2] in device memory
+/// (Llama-3 scaling precomputes them), not null.
+cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
+                            int64_t head_dim, const float* inv_freq, float position_scale, int* error_flag,
+                            const Launch& launch);
 
 // ---- per-head norm + RoPE (one launch for q, k and a copied v) ------------------------------
 /// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk
