@@ -5,7 +5,7 @@ JSON, so that bench_table.py can put them side by side (docs/PERFORMANCE.md).
   python3 python/tools/hf_bench.py CHECKPOINT_DIR --mode eager|compile --json OUT
       [--context 128] [--steps 64] [--prefill 128,512] [--rounds 5] [--round-decodes 64]
 
-eager:   Gemma3ForCausalLM in bf16 with its default (dynamic) KV cache.
+eager:   the checkpoint's transformers model (AutoModelForCausalLM) in bf16 with its default (dynamic) KV cache.
 compile: the same with a static KV cache and the forward compiled with torch.compile
          (--compile-mode, default "reduce-overhead": CUDA graphs), the setup transformers
          documents for fast decoding. A failure is recorded in the JSON instead of numbers;
@@ -20,7 +20,7 @@ import traceback
 
 import torch
 import transformers
-from transformers import Gemma3ForCausalLM
+from transformers import AutoModelForCausalLM
 
 
 def percentile(v, q):
@@ -31,7 +31,7 @@ def percentile(v, q):
 class Model:
     def __init__(self, directory, mode, max_len, compile_mode):
         self.mode = mode
-        self.model = Gemma3ForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).cuda().eval()
+        self.model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).cuda().eval()
         self.max_len = max_len
         if mode == "compile":
             self.model.forward = torch.compile(self.model.forward, mode=compile_mode, fullgraph=True)
