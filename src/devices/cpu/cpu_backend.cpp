@@ -122,6 +122,25 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
       }
       return {};
     }
+    case OpKind::kUnary:
+    case OpKind::kBinary:
+    case OpKind::kWhere:
+    case OpKind::kReduce:
+    case OpKind::kSoftmax:
+    case OpKind::kMatmul:
+    case OpKind::kSdpa:
+    case OpKind::kLayerNorm:
+    case OpKind::kPermute:
+    case OpKind::kReshape:
+    case OpKind::kExpand:
+    case OpKind::kSlice:
+    case OpKind::kConcat:
+    case OpKind::kCast:
+    case OpKind::kIndexSelect:
+    case OpKind::kGather:
+    case OpKind::kConstant:
+      return unimplemented("node " + node.name + ": " + ir::op_kind_name(node.kind) +
+                           " is not implemented on the cpu device");
   }
   return internal_error("unknown op kind in node " + node.name);
 }
@@ -144,7 +163,8 @@ void convert_to_f32(const uint8_t* src, DataType type, int64_t count, float* dst
       }
       return;
     case DataType::kI32:
-    case DataType::kI64: break;
+    case DataType::kI64:
+    case DataType::kBool: break;
   }
   GEARBOX_CHECK_MSG(false, "integer weights are not supported");
 }

@@ -380,6 +380,25 @@ Status run_node(const Network& net, const CudaWeights& weights, size_t n, uint32
     case OpKind::kSiluMul: return run_gated_activation(net, n, a, launch);
     case OpKind::kAdd: return run_add(net, n, a, launch);
     case OpKind::kTakeLast: return run_take_last(net, n, a, launch);
+    case OpKind::kUnary:
+    case OpKind::kBinary:
+    case OpKind::kWhere:
+    case OpKind::kReduce:
+    case OpKind::kSoftmax:
+    case OpKind::kMatmul:
+    case OpKind::kSdpa:
+    case OpKind::kLayerNorm:
+    case OpKind::kPermute:
+    case OpKind::kReshape:
+    case OpKind::kExpand:
+    case OpKind::kSlice:
+    case OpKind::kConcat:
+    case OpKind::kCast:
+    case OpKind::kIndexSelect:
+    case OpKind::kGather:
+    case OpKind::kConstant:
+      return unimplemented("node " + node.name + ": " + ir::op_kind_name(node.kind) +
+                           " is not implemented on the cuda device");
   }
   return internal_error("unknown op kind in node " + node.name);
 }
