@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "ir/generic_shapes.h"
 
 namespace gearbox::ir {
 namespace {
