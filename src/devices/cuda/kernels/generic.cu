@@ -52,8 +52,8 @@ __device__ float unary_f32(UnaryCode code, float x, float alpha, float beta) {
     case UnaryCode::kCos: return cosf(x);
     case UnaryCode::kReciprocal: return 1.0f / x;
     case UnaryCode::kPowScalar: return powf(x, alpha);
-    case UnaryCode::kAffine: return __fadd_rn(__fmul_rn(x, alpha), beta);  // no FMA: the CPU rounds twice
-    case UnaryCode::kClamp: return fminf(fmaxf(x, alpha), beta);
+    case UnaryCode::kAffine: return __fadd_rn(__fmul_rn(x, alpha), beta);      // no FMA: the CPU rounds twice
+    case UnaryCode::kClamp: return x != x ? x : fminf(fmaxf(x, alpha), beta);  // NaN stays NaN
     case UnaryCode::kErf: return erff(x);
     case UnaryCode::kLogicalNot: break;
   }
