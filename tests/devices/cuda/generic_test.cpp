@@ -1,6 +1,7 @@
 // The generic ops (ir/network.h, kUnary .. kConstant) on the CUDA device against the CPU
 // device, over every case of the shared table (support/generic_cases.h: one-node networks
-// and their inputs). Each case runs through the devices' own interface (DeviceBackend:
+// and their inputs) and a few larger ones that take the CUDA kernels' other paths
+// (all_cases). Each case runs through the devices' own interface (DeviceBackend:
 // upload_weights, enqueue_network on a stream of a context, take_input_fault), launch by
 // launch and as a captured CUDA graph (static shapes, captured then replayed), and through
 // the whole engine (built, loaded, run by a session), so dispatch, storage types and graph
@@ -106,6 +107,16 @@ class Runner {
       tensors_.push_back(b->get());
       buffers_.push_back(std::move(*b));
     }
+    // The scratch the nodes' default tactics need (the CPU's sdpa keeps its scores there).
+    int64_t scratch = 0;
+    for (const ir::Node& node : net.nodes) scratch = std::max(scratch, device.scratch_bytes(net, node, 0, dims_));
+    Result<DeviceBuffer> s = device.allocate(scratch);
+    if (!s.ok()) {
+      status_ = s.status();
+      return;
+    }
+    scratch_ = s->get();
+    buffers_.push_back(std::move(*s));
   }
 
   /// One call with `inputs` (their bytes in the declared dtypes), `calls` times over (a
@@ -129,6 +140,7 @@ class Runner {
     launch.tactics.assign(net_.nodes.size(), 0);
     launch.tensors = tensors_;
     launch.dims = dims_;
+    launch.scratch = scratch_;
     launch.context = context_.get();
     launch.static_shapes = static_shapes;
     for (int c = 0; c < calls && r.status.ok(); ++c) {
@@ -164,6 +176,7 @@ class Runner {
   std::shared_ptr<internal::StreamImpl> stream_;
   std::vector<DeviceBuffer> buffers_;
   std::vector<void*> tensors_;
+  void* scratch_ = nullptr;
 };
 
 /// The dims of `inputs`.
@@ -264,13 +277,74 @@ std::vector<HostInput> host_inputs(const testing::GenericCase& c, const ir::Netw
   return inputs;
 }
 
+/// The shared table, and the shapes that only the CUDA kernels' other paths take: reduced
+/// lengths and rows over 1024 (a block per output instead of a warp), keys in the thousands
+/// (several key tiles of the online softmax), several matmul tiles, bf16 layer-norm weights,
+/// and a bool mask sparse enough to exclude every key of some queries.
+std::vector<testing::GenericCase> all_cases() {
+  std::vector<testing::GenericCase> cases = testing::generic_cases();
+  const auto f = [](Dims dims) { return testing::TensorSpec{DataType::kF32, dims, testing::Values::kUniform, 0}; };
+  const auto attrs = [](std::vector<int64_t> ints, int32_t code, int32_t axis = 0) {
+    ir::OpAttrs a;
+    a.ints = std::move(ints);
+    a.code = code;
+    a.axis = axis;
+    return a;
+  };
+  const auto sum = static_cast<int32_t>(ir::ReduceCode::kSum);
+  const auto amax = static_cast<int32_t>(ir::ReduceCode::kAmax);
+  const auto mean = static_cast<int32_t>(ir::ReduceCode::kMean);
+  cases.push_back({"cuda_reduce_sum_long_rows", OpKind::kReduce, attrs({1}, sum), {f({3, 5000})}, {}, DataType::kF32});
+  cases.push_back(
+      {"cuda_reduce_mean_strided", OpKind::kReduce, attrs({0, 2}, mean), {f({40, 7, 60})}, {}, DataType::kF32});
+  cases.push_back({"cuda_reduce_amax_long", OpKind::kReduce, attrs({}, amax), {f({70, 70})}, {}, DataType::kF32});
+  cases.push_back({"cuda_softmax_long", OpKind::kSoftmax, attrs({}, 0, 1), {f({2, 3000})}, {}, DataType::kF32});
+  cases.push_back(
+      {"cuda_log_softmax_long_strided", OpKind::kSoftmax, attrs({}, 1, 0), {f({2000, 3})}, {}, DataType::kF32});
+  ir::OpAttrs ln;
+  ln.eps = 1e-5f;
+  ln.has_bias = 1;
+  const testing::TensorSpec bf16_weight{DataType::kBF16, Dims{2048}, testing::Values::kUniform, 0};
+  cases.push_back({"cuda_layer_norm_long_bf16",
+                   OpKind::kLayerNorm,
+                   ln,
+                   {f({3, 2048})},
+                   {bf16_weight, bf16_weight},
+                   DataType::kF32});
+  cases.push_back({"cuda_matmul_tiles", OpKind::kMatmul, {}, {f({2, 130, 70}), f({70, 150})}, {}, DataType::kF32});
+  ir::OpAttrs sdpa;
+  sdpa.scale = 0.125f;
+  ir::OpAttrs causal = sdpa;
+  causal.flags = ir::kFlagCausal;
+  cases.push_back({"cuda_sdpa_long_keys",
+                   OpKind::kSdpa,
+                   sdpa,
+                   {f({1, 2, 3, 64}), f({1, 2, 3000, 64}), f({1, 2, 3000, 32})},
+                   {},
+                   DataType::kF32});
+  cases.push_back({"cuda_sdpa_long_causal",
+                   OpKind::kSdpa,
+                   causal,
+                   {f({2, 300, 16}), f({2, 300, 16}), f({2, 300, 24})},
+                   {},
+                   DataType::kF32});
+  cases.push_back({"cuda_sdpa_sparse_bool_mask",
+                   OpKind::kSdpa,
+                   sdpa,
+                   {f({16, 8}), f({2, 8}), f({2, 4}),
+                    testing::TensorSpec{DataType::kBool, Dims{16, 2}, testing::Values::kUniform, 0}},
+                   {},
+                   DataType::kF32});
+  return cases;
+}
+
 /// Every case on both devices: the CUDA outputs against the CPU's.
 void compare_all(bool static_shapes) {
   const std::shared_ptr<const DeviceBackend> gpu = cuda_device();
   if (gpu == nullptr) GTEST_SKIP() << "no CUDA device";
   const std::shared_ptr<const DeviceBackend> cpu = internal::cpu_backend();
   ASSERT_FALSE(testing::generic_cases().empty());
-  for (const testing::GenericCase& c : testing::generic_cases()) {
+  for (const testing::GenericCase& c : all_cases()) {
     const testing::CaseNetwork cn = testing::make_case_network(c);
     const std::vector<HostInput> inputs = host_inputs(c, cn.network);
     const DeviceResult want = Runner(*cpu, cn.network, cn.payload, dims_of(inputs)).call(inputs, false);
@@ -305,7 +379,7 @@ TEST(CudaGeneric, EveryCaseMatchesTheCpuDeviceAsACapturedGraph) { compare_all(/*
 // shapes, loaded and run by a session, whose call replays a captured graph on CUDA.
 TEST(CudaGeneric, EveryCaseThroughTheEngineMatchesTheCpuDevice) {
   if (cuda_device() == nullptr) GTEST_SKIP() << "no CUDA device";
-  for (const testing::GenericCase& c : testing::generic_cases()) {
+  for (const testing::GenericCase& c : all_cases()) {
     const Result<testing::CaseOutput> want = testing::run_generic_case(c, DeviceKind::kCpu);
     ASSERT_TRUE(want.ok()) << c.name << ": " << want.status().to_string();
     const Result<testing::CaseOutput> got = testing::run_generic_case(c, DeviceKind::kCuda);
