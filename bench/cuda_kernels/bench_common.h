@@ -92,5 +92,6 @@ void bench_graph_launch(const cuda::Launch& on);
 void bench_input_copy(const cuda::Launch& on);
 void bench_layer(const cuda::Launch& on);
 void bench_stream(const cuda::Launch& on);
+void bench_generic(const cuda::Launch& on);
 
 }  // namespace gearbox::kernel_bench

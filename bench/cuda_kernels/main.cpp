@@ -11,13 +11,14 @@
 // measured and net of that floor, which is closer to what a launch costs inside a decode graph.
 //
 // The groups gemv, gemm, attention and prefill time the cases of the table the kernel tests
-// check (tests/support/cuda_kernel_cases.h, the cases marked for timing); the groups live in
+// check (tests/support/cuda_kernel_cases.h, the cases marked for timing), the group generic
+// every case of tests/support/generic_cases.h; the groups live in
 // bench/cuda_kernels/*_bench.cpp (one file per kernel family), the timing in bench_common.cpp.
 //
 //   cuda_kernels_bench            # all groups
 //   cuda_kernels_bench gemv       # one group: gemv | host_out | attention | prefill | gemm | qkv |
 //                                 #            gate_up | rows | graph_launch |
-//                                 #            input_copy | layer | stream
+//                                 #            input_copy | layer | stream | generic
 //   cuda_kernels_bench gemm_m     # cuBLASLt's heuristics by M at the prefill shapes (not in "all")
 
 #include <cuda_runtime.h>
@@ -61,6 +62,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "input_copy") bench_input_copy(on);
   if (only.empty() || only == "layer") bench_layer(on);
   if (only.empty() || only == "stream") bench_stream(on);
+  if (only.empty() || only == "generic") bench_generic(on);
   CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/check.h"
+#include "ir/generic_shapes.h"
 
 namespace gearbox::ir {
 namespace {
@@ -124,6 +125,23 @@ class Inferer {
         set_out(0, Dims{x[0], 1, x[2]});
         return {};
       }
+      case OpKind::kUnary:
+      case OpKind::kBinary:
+      case OpKind::kWhere:
+      case OpKind::kReduce:
+      case OpKind::kSoftmax:
+      case OpKind::kMatmul:
+      case OpKind::kSdpa:
+      case OpKind::kLayerNorm:
+      case OpKind::kPermute:
+      case OpKind::kReshape:
+      case OpKind::kExpand:
+      case OpKind::kSlice:
+      case OpKind::kConcat:
+      case OpKind::kCast:
+      case OpKind::kIndexSelect:
+      case OpKind::kGather:
+      case OpKind::kConstant: return infer_generic_node(net_, n, label_, dims_);
     }
     return fail("unknown op kind");
   }

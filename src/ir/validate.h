@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "gearbox/status.h"
 #include "ir/network.h"
@@ -14,5 +15,9 @@ namespace gearbox::ir {
 /// and bytes == volume * dtype size, and state specs are positive and bounded.
 /// Errors: kInvalidArgument naming the node (index, name, kind) or item and the rule.
 Status validate_network(const Network& network, uint64_t payload_bytes);
+
+/// validate_network's checks of one generic op (network.h) whose ids are already checked:
+/// arity, codes, axes, perms, shape specs and dtypes. Errors start with `label`.
+Status validate_generic_node(const Network& network, const Node& node, const std::string& label);
 
 }  // namespace gearbox::ir

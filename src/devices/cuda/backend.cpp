@@ -200,9 +200,7 @@ class CudaBackend final : public DeviceBackend {
            std::to_string(prop_.major * 10 + prop_.minor) + ", " + cuda::CublasLtGemm::version() + ", kernels " +
            std::to_string(kKernelsVersion);
   }
-  DataType storage_type(DataType declared) const noexcept override {
-    return declared == DataType::kI32 || declared == DataType::kI64 ? declared : DataType::kF32;
-  }
+  DataType storage_type(DataType declared) const noexcept override { return cuda_storage_type(declared); }
 
   std::vector<TacticInfo> tactics(const Node& node) const override {
     switch (node.kind) {
@@ -265,6 +263,7 @@ class CudaBackend final : public DeviceBackend {
 
   int64_t scratch_bytes(const Network& net, const Node& node, uint32_t tactic,
                         std::span<const Dims> dims) const override {
+    if (node.kind != OpKind::kLinear && node.kind != OpKind::kAttention) return 0;  // kConstant has no input
     const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
     if (node.kind == OpKind::kLinear && !is_gemv(tactic)) {
       const DataType type = net.weights[static_cast<size_t>(node.weights[0])].dtype;
@@ -385,7 +384,8 @@ class CudaBackend final : public DeviceBackend {
     *flag = 0;
     return out_of_range(
         "a kernel met a value outside its range in a device-resident input (a token id outside "
-        "the vocabulary or a position outside the KV cache); that run's outputs are not valid");
+        "the vocabulary, a position outside the KV cache, or an index_select / gather index outside "
+        "its axis); that run's outputs are not valid");
   }
 
   Result<std::shared_ptr<StreamImpl>> create_stream() const override {

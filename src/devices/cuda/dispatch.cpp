@@ -380,6 +380,23 @@ Status run_node(const Network& net, const CudaWeights& weights, size_t n, uint32
     case OpKind::kSiluMul: return run_gated_activation(net, n, a, launch);
     case OpKind::kAdd: return run_add(net, n, a, launch);
     case OpKind::kTakeLast: return run_take_last(net, n, a, launch);
+    case OpKind::kUnary: return run_unary(net, n, a, launch);
+    case OpKind::kBinary: return run_binary(net, n, a, launch);
+    case OpKind::kWhere: return run_where(net, n, a, launch);
+    case OpKind::kReduce: return run_reduce(net, n, a, launch);
+    case OpKind::kSoftmax: return run_softmax(net, n, a, launch);
+    case OpKind::kMatmul: return run_matmul(net, n, a, launch);
+    case OpKind::kSdpa: return run_sdpa(net, n, a, launch);
+    case OpKind::kLayerNorm: return run_layer_norm(net, weights, n, a, launch);
+    case OpKind::kPermute: return run_permute(net, n, a, launch);
+    case OpKind::kReshape: return run_reshape(net, n, a, launch);
+    case OpKind::kExpand: return run_expand(net, n, a, launch);
+    case OpKind::kSlice: return run_slice(net, n, a, launch);
+    case OpKind::kConcat: return run_concat(net, n, a, launch);
+    case OpKind::kCast: return run_cast(net, n, a, launch);
+    case OpKind::kIndexSelect: return run_index_select(net, n, a, launch);
+    case OpKind::kGather: return run_gather(net, n, a, launch);
+    case OpKind::kConstant: return run_constant(net, weights, n, a, launch);
   }
   return internal_error("unknown op kind in node " + node.name);
 }

@@ -1,5 +1,5 @@
 // The CUDA device's dispatch: one call per op kind (embedding, RMS norm, linear as GEMV or
-// cuBLASLt GEMM, RoPE, attention, gated activations, add, take_last), the fused steps of the
+// cuBLASLt GEMM, RoPE, attention, gated activations, add, take_last, the generic ops), the fused steps of the
 // launch plan (fusion_plan.h), and run_all, which walks the plan and launches each step.
 //
 //   GEARBOX_RETURN_IF_ERROR(run_node(net, weights, n, tactic, args, launch_on(stream)));
@@ -115,6 +115,38 @@ Status run_attention(const ir::Network& net, size_t n, uint32_t tactic, const No
 Status run_gated_activation(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
 Status run_add(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
 Status run_take_last(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+
+// ---- generic ops (dispatch_generic.cpp) ---------------------------------------------------------
+// One launch of kernels/generic.cuh per node (concat: one per input), never fused.
+
+/// How the CUDA device stores a tensor declared `declared` (DeviceBackend::storage_type), as
+/// the CPU device does: i32, i64 and bool as declared, every float type in f32 (a bf16 / f16
+/// tensor holds values rounded to that type).
+DataType cuda_storage_type(DataType declared);
+
+Status run_unary(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_binary(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_where(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_reduce(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_softmax(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_matmul(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_sdpa(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_layer_norm(const ir::Network& net, const CudaWeights& weights, size_t n, const NodeArgs& a,
+                      const cuda::Launch& launch);
+Status run_permute(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+/// A device copy of the input (the memory plan gives the output its own buffer).
+Status run_reshape(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_expand(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_slice(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_concat(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_cast(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+/// An index outside its axis sets the context's error flag (fault_flag; take_input_fault
+/// turns it into the call's error) and fills its output elements with 0xff bytes.
+Status run_index_select(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+Status run_gather(const ir::Network& net, size_t n, const NodeArgs& a, const cuda::Launch& launch);
+/// The weight copied (or widened to f32 storage) into the output.
+Status run_constant(const ir::Network& net, const CudaWeights& weights, size_t n, const NodeArgs& a,
+                    const cuda::Launch& launch);
 
 /// Node n under `tactic`: the call of its op kind (a linear's by its tactic).
 /// input_in_scratch: as run_linear_gemm's (linears with a cuBLASLt tactic only).

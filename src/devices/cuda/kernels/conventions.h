@@ -6,7 +6,8 @@
 // Design (fixed for the CUDA device): activations, KV caches and every intermediate are
 // f32; weights stay in their checkpoint dtype W (bf16 is the fast path, f16 and f32 also
 // work), and every weight-reading kernel is instantiated for W in {float, __nv_bfloat16,
-// __half} and accumulates in f32.
+// __half} and accumulates in f32. The generic ops (generic.cuh) also take and produce i32,
+// i64 and bool (one byte) tensors, and read an element type given at run time.
 //
 //   // y[1, 1152] = x[1, 1152] * W[1152, 1152]^T on on.stream, nothing synchronized:
 //   const Launch on{stream, true, true, &device_limits(0)};
