@@ -153,10 +153,12 @@ def _emit_gelu(node, nb):
 
 
 def _validate_logical_not(node, state):
+    if _key(node) == "aten.bitwise_not.default" and tensor_val(node.args[0]).dtype != torch.bool:
+        return "bitwise_not of integers (gearbox has logical_not of bools)"
     return _first(_tensor(node.args[0], "the input"), _out(node, (torch.bool,)))
 
 
-@register("aten.logical_not.default", validate=_validate_logical_not)
+@register("aten.logical_not.default", "aten.bitwise_not.default", validate=_validate_logical_not)
 def _emit_logical_not(node, nb):
     x = nb.cast(nb.operand(node.args[0], "the input"), torch.bool)
     nb.add("unary", node, [x], attrs={"code": "logical_not"})
@@ -197,7 +199,8 @@ def _emit_clamp(node, nb):
 _ARITH_OPS = {"add": "add", "sub": "sub", "mul": "mul", "div": "div", "rsub": "sub", "maximum": "maximum",
               "minimum": "minimum", "pow": "pow"}
 _COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
-_LOGICAL = {"logical_and": "logical_and", "logical_or": "logical_or"}
+_LOGICAL = {"logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "logical_and",
+            "bitwise_or": "logical_or", "__and__": "logical_and", "__or__": "logical_or"}
 
 
 def _operands(node) -> Tuple[object, object, float]:
@@ -238,6 +241,9 @@ def _validate_binary(node, state):
             return f"a comparison in {dtype}"
         return _out(node, (torch.bool,))
     if name in _LOGICAL:
+        if not name.startswith("logical_") and any(tensor_val(x) is None or tensor_val(x).dtype != torch.bool
+                                                   for x in (a, b)):
+            return f"{name} of integers (gearbox has logical and/or of bools)"
         return _out(node, (torch.bool,))
     if name == "div" and bind(node).get("rounding_mode") is not None:
         mode = bind(node)["rounding_mode"]
@@ -308,7 +314,8 @@ def _emit_binary(node, nb):
 _BINARY_KEYS = [f"aten.{op}.{form}" for op in ("add", "sub", "mul", "div", "rsub") for form in ("Tensor", "Scalar")] + \
     ["aten.div.Tensor_mode", "aten.pow.Tensor_Tensor", "aten.maximum.default", "aten.minimum.default"] + \
     [f"aten.{op}.{form}" for op in _COMPARE for form in ("Tensor", "Scalar")] + \
-    [f"aten.{op}.default" for op in _LOGICAL]
+    [f"aten.{op}.default" for op in _LOGICAL if op.startswith("logical_")] + \
+    [f"aten.{op}.Tensor" for op in _LOGICAL if not op.startswith("logical_")]
 register(*_BINARY_KEYS, validate=_validate_binary)(_emit_binary)
 
 
@@ -639,7 +646,8 @@ def _emit_identity(node, nb):
     nb.names[node] = nb.operand(node.args[0], "the input")
 
 
-_CASTS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default")
+_CASTS = ("aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default", "aten.to.dtype",
+          "aten.to.dtype_layout")
 
 
 def _validate_cast(node, state):
@@ -879,5 +887,6 @@ def _emit_full(node, nb):
     nb.add("constant", node, [], weights=[key])
 
 
-register("aten.sym_size.int", kind=SIZE)(None)
+# Shape queries and metadata checks: no value of their own in the network.
+register("aten.sym_size.int", "aten._assert_tensor_metadata.default", kind=SIZE)(None)
 
