@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/check.h"
+#include "ir/generic_shapes.h"
 #include "ir/shape_inference.h"
 #include "ir/validate.h"
 #include "runtime/memory_plan.h"
@@ -92,6 +93,23 @@ class NodeBench {
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       auto* f = static_cast<float*>(data);
       for (int64_t i = 0; i < count; ++i) f[i] = u(rng);
+      return;
+    }
+    if (type == DataType::kBool) {
+      auto* b = static_cast<uint8_t*>(data);
+      for (int64_t i = 0; i < count; ++i) b[i] = static_cast<uint8_t>(rng() & 1U);
+      return;
+    }
+    // A generic op's integers: -1, a valid index of any axis (it wraps to the last) and a
+    // valid divisor.
+    if (ir::is_generic_op(node.kind)) {
+      for (int64_t i = 0; i < count; ++i) {
+        if (type == DataType::kI64) {
+          static_cast<int64_t*>(data)[i] = -1;
+        } else {
+          static_cast<int32_t*>(data)[i] = -1;
+        }
+      }
       return;
     }
     // Integer inputs: token ids inside the vocabulary, or consecutive positions.

@@ -28,7 +28,13 @@
 namespace gearbox::format {
 
 inline constexpr char kMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
-inline constexpr uint32_t kFormatVersion = 1;
+/// The newest format version; a reader takes 1 up to this one (docs/COMPATIBILITY.md).
+/// Version 2 adds the generic op kinds and appends their attrs (code, axis, flags, alpha,
+/// beta, ints) to every node. The writer writes version 1 for a network that needs none
+/// of that, so such engines stay readable by older gearbox.
+inline constexpr uint32_t kFormatVersion = 2;
+/// The op kinds a version-1 file may hold (kEmbedding..kTakeLast).
+inline constexpr uint32_t kMaxOpKindV1 = 9;
 inline constexpr uint64_t kPayloadAlignment = 64;
 /// Bytes of the fixed header in format version 1 (later versions may append fields).
 inline constexpr uint32_t kHeaderBytesV1 = 64;

@@ -35,7 +35,7 @@ constexpr size_t kMinTensor = 4 + 1;
 constexpr size_t kMinWeight = 4 + 1 + kMinDims + 8 + 8;
 constexpr size_t kMinInput = 4 + kMinDims + 4;
 constexpr size_t kMinState = 4 + 1 + 8 + 8;
-constexpr size_t kAttrBytes = size_t{10} * 4;
+constexpr size_t kAttrBytes = size_t{10} * 4;  // version 1's; version 2 appends more
 constexpr size_t kMinNode = 4 + 4 + size_t{3} * 4 + kAttrBytes;
 constexpr size_t kMinProfile = 4 + 4;
 constexpr size_t kMinBound = kMinDims * 3;
@@ -101,14 +101,27 @@ Status read_list(ByteReader& r, const char* what, size_t min_bytes, std::vector<
   return Status::ok_status();
 }
 
-bool read_attrs(ByteReader& r, ir::OpAttrs& a) {
-  return r.f32("eps", a.eps) && r.f32("weight_offset", a.weight_offset) && r.f32("scale", a.scale) &&
-         r.f32("theta", a.theta) && r.i32("heads", a.heads) && r.i32("kv_heads", a.kv_heads) &&
-         r.i32("head_dim", a.head_dim) && r.i32("window", a.window) && r.i32("state", a.state) &&
-         r.i32("has_bias", a.has_bias);
+bool read_attrs(ByteReader& r, ir::OpAttrs& a, uint32_t version) {
+  if (!(r.f32("eps", a.eps) && r.f32("weight_offset", a.weight_offset) && r.f32("scale", a.scale) &&
+        r.f32("theta", a.theta) && r.i32("heads", a.heads) && r.i32("kv_heads", a.kv_heads) &&
+        r.i32("head_dim", a.head_dim) && r.i32("window", a.window) && r.i32("state", a.state) &&
+        r.i32("has_bias", a.has_bias))) {
+    return false;
+  }
+  if (version < 2) return true;
+  uint32_t ints = 0;
+  if (!(r.i32("code", a.code) && r.i32("axis", a.axis) && r.i32("flags", a.flags) && r.f32("alpha", a.alpha) &&
+        r.f32("beta", a.beta) && r.count("ints", ints, sizeof(int64_t), static_cast<uint32_t>(kMaxDims)))) {
+    return false;
+  }
+  a.ints.resize(ints);
+  for (int64_t& v : a.ints) {
+    if (!r.i64("ints", v)) return false;
+  }
+  return true;
 }
 
-Status read_network(ByteReader& r, ir::Network& net) {
+Status read_network(ByteReader& r, ir::Network& net, uint32_t version) {
   GEARBOX_RETURN_IF_ERROR(read_list(r, "tensor", kMinTensor, net.tensors, [&](ir::TensorInfo& t) {
     return r.string("name", t.name, kMaxNameBytes) && read_dtype(r, t.dtype);
   }));
@@ -134,9 +147,12 @@ Status read_network(ByteReader& r, ir::Network& net) {
     uint32_t kind = 0;
     if (!r.u32("op kind", kind)) return false;
     if (kind < 1 || kind > ir::kMaxOpKind) return r.fail("op kind", "is " + str(kind) + ", not a known op");
+    if (version < 2 && kind > kMaxOpKindV1) {
+      return r.fail("op kind", "is " + str(kind) + ", which format version " + str(version) + " cannot hold");
+    }
     n.kind = static_cast<ir::OpKind>(kind);
     return r.string("name", n.name, kMaxNameBytes) && read_ids(r, "inputs", n.inputs) &&
-           read_ids(r, "outputs", n.outputs) && read_ids(r, "weights", n.weights) && read_attrs(r, n.attrs);
+           read_ids(r, "outputs", n.outputs) && read_ids(r, "weights", n.weights) && read_attrs(r, n.attrs, version);
   }));
   if (!r.i64("max_context", net.max_context)) return r.status();
   return Status::ok_status();
@@ -217,10 +233,10 @@ Status read_section(ByteReader& r, uint64_t base, Section expected, F&& read_bod
   return Status::ok_status();
 }
 
-Status decode_metadata(std::span<const uint8_t> bytes, uint64_t base, EngineDesc& desc) {
+Status decode_metadata(std::span<const uint8_t> bytes, uint64_t base, uint32_t version, EngineDesc& desc) {
   ByteReader r(bytes, base);
   GEARBOX_RETURN_IF_ERROR(
-      read_section(r, base, Section::kNetwork, [&](ByteReader& s) { return read_network(s, desc.network); }));
+      read_section(r, base, Section::kNetwork, [&](ByteReader& s) { return read_network(s, desc.network, version); }));
   GEARBOX_RETURN_IF_ERROR(
       read_section(r, base, Section::kProfiles, [&](ByteReader& s) { return read_profiles(s, desc.profiles); }));
   GEARBOX_RETURN_IF_ERROR(read_section(r, base, Section::kTacticTables,
@@ -421,7 +437,7 @@ Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes) {
 
   // ---- metadata ----
   ParsedEngine parsed;
-  const Status decoded = decode_metadata(metadata, metadata_offset, parsed.desc);
+  const Status decoded = decode_metadata(metadata, metadata_offset, version, parsed.desc);
   if (!decoded.ok()) return data_loss("engine metadata is malformed: " + decoded.message());
   const Status valid = check_desc(parsed.desc, payload_bytes);
   if (!valid.ok()) return valid.with_context("engine metadata");

@@ -24,8 +24,6 @@
 namespace gearbox::format {
 namespace {
 
-// Version-1 layout constants (docs/FORMAT.md); the reader has the same table.
-
 void write_dims(ByteWriter& w, const Dims& d) {
   w.count(static_cast<size_t>(d.rank()));
   for (int64_t e : d.extents()) w.i64(e);
@@ -36,7 +34,22 @@ void write_ids(ByteWriter& w, const std::vector<int32_t>& ids) {
   for (int32_t id : ids) w.i32(id);
 }
 
-void write_attrs(ByteWriter& w, const ir::OpAttrs& a) {
+// The oldest format version that holds `net`: 1 unless a node is a generic op or sets one
+// of version 2's attrs, so that an engine of version-1 ops stays readable by a gearbox
+// that reads only version 1.
+uint32_t format_version_for(const ir::Network& net) {
+  const ir::OpAttrs defaults;
+  for (const ir::Node& n : net.nodes) {
+    const ir::OpAttrs& a = n.attrs;
+    if (static_cast<uint32_t>(n.kind) > kMaxOpKindV1 || a.code != defaults.code || a.axis != defaults.axis ||
+        a.flags != defaults.flags || a.alpha != defaults.alpha || a.beta != defaults.beta || !a.ints.empty()) {
+      return 2;
+    }
+  }
+  return 1;
+}
+
+void write_attrs(ByteWriter& w, const ir::OpAttrs& a, uint32_t version) {
   w.f32(a.eps);
   w.f32(a.weight_offset);
   w.f32(a.scale);
@@ -47,9 +60,17 @@ void write_attrs(ByteWriter& w, const ir::OpAttrs& a) {
   w.i32(a.window);
   w.i32(a.state);
   w.i32(a.has_bias);
+  if (version < 2) return;
+  w.i32(a.code);
+  w.i32(a.axis);
+  w.i32(a.flags);
+  w.f32(a.alpha);
+  w.f32(a.beta);
+  w.count(a.ints.size());
+  for (int64_t v : a.ints) w.i64(v);
 }
 
-void write_network(ByteWriter& w, const ir::Network& net) {
+void write_network(ByteWriter& w, const ir::Network& net, uint32_t version) {
   w.count(net.tensors.size());
   for (const ir::TensorInfo& t : net.tensors) {
     w.string(t.name);
@@ -85,7 +106,7 @@ void write_network(ByteWriter& w, const ir::Network& net) {
     write_ids(w, n.inputs);
     write_ids(w, n.outputs);
     write_ids(w, n.weights);
-    write_attrs(w, n.attrs);
+    write_attrs(w, n.attrs, version);
   }
   w.i64(net.max_context);
 }
@@ -134,9 +155,9 @@ void write_section(ByteWriter& w, Section id, F&& body) {
   w.patch_u64(length_at, w.size() - length_at - sizeof(uint64_t));
 }
 
-ByteWriter encode_metadata(const EngineDesc& desc) {
+ByteWriter encode_metadata(const EngineDesc& desc, uint32_t version) {
   ByteWriter w;
-  write_section(w, Section::kNetwork, [&] { write_network(w, desc.network); });
+  write_section(w, Section::kNetwork, [&] { write_network(w, desc.network, version); });
   write_section(w, Section::kProfiles, [&] { write_profiles(w, desc.profiles); });
   write_section(w, Section::kTacticTables, [&] { write_tactic_tables(w, desc.tactic_tables); });
   write_section(w, Section::kMetadata, [&] {
@@ -171,7 +192,8 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
   const Status valid = ir::validate_network(desc.network, payload.size());
   if (!valid.ok()) return invalid_argument("cannot serialize the engine: " + valid.message());
 
-  const ByteWriter metadata = encode_metadata(desc);
+  const uint32_t version = format_version_for(desc.network);
+  const ByteWriter metadata = encode_metadata(desc, version);
   if (!metadata.ok()) {
     return invalid_argument("cannot serialize the engine: a string or a list is longer than 4 GiB");
   }
@@ -182,7 +204,7 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
 
   ByteWriter file;
   file.raw(std::span(reinterpret_cast<const uint8_t*>(kMagic), sizeof kMagic));
-  file.u32(kFormatVersion);
+  file.u32(version);
   file.u32(kHeaderBytesV1);
   file.u64(metadata_offset);
   file.u64(metadata_bytes);

@@ -1,6 +1,7 @@
 #include "models/network_json.h"
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -59,10 +60,123 @@ Result<std::vector<std::string>> get_strings(const Json& object, const char* key
 }
 
 Result<DataType> parse_dtype(const std::string& s, const std::string& where) {
-  for (DataType t : {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32, DataType::kI64}) {
+  for (DataType t :
+       {DataType::kF32, DataType::kBF16, DataType::kF16, DataType::kI32, DataType::kI64, DataType::kBool}) {
     if (s == data_type_name(t)) return t;
   }
-  return bad(where, "dtype '" + s + "' is not f32, bf16, f16, i32 or i64");
+  return bad(where, "dtype '" + s + "' is not f32, bf16, f16, i32, i64 or bool");
+}
+
+// The dtypes a constant's weight may have beyond F32/BF16/F16 (safetensors names).
+bool constant_weight_dtype(const std::string& safetensors_name, DataType& out) {
+  if (safetensors_name == "I32") {
+    out = DataType::kI32;
+  } else if (safetensors_name == "I64") {
+    out = DataType::kI64;
+  } else if (safetensors_name == "BOOL") {
+    out = DataType::kBool;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// A JSON number as f32, or the strings "inf" / "-inf" (JSON has no infinities): clamp's
+// open bounds.
+bool json_float(const Json& value, float& out) {
+  if (value.is_string()) {
+    const std::string& s = value.get_ref<const std::string&>();
+    if (s != "inf" && s != "-inf") return false;
+    out = s == "inf" ? std::numeric_limits<float>::infinity() : -std::numeric_limits<float>::infinity();
+    return true;
+  }
+  if (!value.is_number()) return false;
+  const double d = value.get<double>();
+  if (d > std::numeric_limits<float>::max()) {
+    out = std::numeric_limits<float>::infinity();
+  } else if (d < -std::numeric_limits<float>::max()) {
+    out = -std::numeric_limits<float>::infinity();
+  } else {
+    out = static_cast<float>(d);
+  }
+  return true;
+}
+
+Result<std::vector<int64_t>> json_ints(const Json& value, const std::string& key, const std::string& where) {
+  if (!value.is_array() || value.size() > static_cast<size_t>(kMaxDims)) {
+    return bad(where, "attr '" + key + "' must be an array of at most " + std::to_string(kMaxDims) + " integers");
+  }
+  std::vector<int64_t> out;
+  for (const Json& v : value) {
+    if (!v.is_number_integer()) return bad(where, "attr '" + key + "' must hold integers");
+    out.push_back(v.get<int64_t>());
+  }
+  return out;
+}
+
+// The generic attrs and the ops that take each (docs/FORMAT.md, "Network description").
+bool generic_attr_allowed(const std::string& key, OpKind kind) {
+  auto any = [kind](std::initializer_list<OpKind> kinds) {
+    for (OpKind k : kinds) {
+      if (k == kind) return true;
+    }
+    return false;
+  };
+  if (key == "code") return any({OpKind::kUnary, OpKind::kBinary, OpKind::kReduce, OpKind::kSoftmax});
+  if (key == "axis") {
+    return any({OpKind::kSoftmax, OpKind::kSlice, OpKind::kConcat, OpKind::kIndexSelect, OpKind::kGather});
+  }
+  if (key == "alpha" || key == "beta") return kind == OpKind::kUnary;
+  if (key == "axes" || key == "keepdim") return kind == OpKind::kReduce;
+  if (key == "causal") return kind == OpKind::kSdpa;
+  if (key == "perm") return kind == OpKind::kPermute;
+  if (key == "shape") return any({OpKind::kReshape, OpKind::kExpand});
+  if (key == "start" || key == "end" || key == "step") return kind == OpKind::kSlice;
+  return false;
+}
+
+bool is_generic_attr(const std::string& key) {
+  for (const char* k :
+       {"code", "axis", "alpha", "beta", "axes", "keepdim", "causal", "perm", "shape", "start", "end", "step"}) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+// Sets the generic attr `key` of a node of `kind` from `value`.
+Status parse_generic_attr(const std::string& key, const Json& value, OpKind kind, ir::OpAttrs& a,
+                          const std::string& where) {
+  if (!generic_attr_allowed(key, kind)) {
+    return bad(where, "attr '" + key + "' does not apply to op '" + ir::op_kind_name(kind) + "'");
+  }
+  if (key == "code") {
+    if (!value.is_string()) return bad(where, "attr 'code' must be a string");
+    const int32_t code = ir::op_code_from_name(kind, value.get<std::string>());
+    if (code < 0) {
+      return bad(where, "code '" + value.get<std::string>() + "' is not a " + ir::op_kind_name(kind) + " code");
+    }
+    a.code = code;
+  } else if (key == "axis") {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 || value.get<int64_t>() > INT32_MAX) {
+      return bad(where, "attr 'axis' must be an integer >= 0");
+    }
+    a.axis = value.get<int32_t>();
+  } else if (key == "alpha" || key == "beta") {
+    if (!json_float(value, key == "alpha" ? a.alpha : a.beta)) {
+      return bad(where, "attr '" + key + "' must be a number, \"inf\" or \"-inf\"");
+    }
+  } else if (key == "keepdim" || key == "causal") {
+    if (!value.is_boolean()) return bad(where, "attr '" + key + "' must be true or false");
+    a.flags = value.get<bool>() ? (a.flags | 1) : (a.flags & ~1);
+  } else if (key == "start" || key == "end" || key == "step") {
+    if (!value.is_number_integer()) return bad(where, "attr '" + key + "' must be an integer");
+    a.ints[key == "start" ? 0 : key == "end" ? 1 : 2] = value.get<int64_t>();
+  } else {  // axes, perm, shape
+    Result<std::vector<int64_t>> ints = json_ints(value, key, where);
+    if (!ints.ok()) return ints.status();
+    a.ints = std::move(*ints);
+  }
+  return {};
 }
 
 Result<OpKind> parse_op(const std::string& s, const std::string& where) {
@@ -72,8 +186,10 @@ Result<OpKind> parse_op(const std::string& s, const std::string& where) {
   return bad(where, "unknown op '" + s + "'");
 }
 
-Result<ir::OpAttrs> parse_attrs(const Json& node, const std::string& where) {
+Result<ir::OpAttrs> parse_attrs(const Json& node, OpKind kind, const std::string& where) {
   ir::OpAttrs a;
+  // A slice without start / end / step takes the whole axis.
+  if (kind == OpKind::kSlice) a.ints = {0, std::numeric_limits<int64_t>::max(), 1};
   const auto it = node.find("attrs");
   if (it == node.end()) return a;
   if (!it->is_object()) return bad(where, "'attrs' must be an object");
@@ -91,6 +207,8 @@ Result<ir::OpAttrs> parse_attrs(const Json& node, const std::string& where) {
         return bad(where, "attr '" + key + "' must be a 32-bit integer");
       }
       *i->second = value.get<int32_t>();
+    } else if (is_generic_attr(key)) {
+      GEARBOX_RETURN_IF_ERROR(parse_generic_attr(key, value, kind, a, where));
     } else {
       return bad(where, "unknown attr '" + key + "'");
     }
@@ -205,21 +323,29 @@ class Reader {
     return {};
   }
 
-  Result<int32_t> weight(const std::string& name, const std::string& where) {
+  // A weight's id, copying it into the payload the first time it is named. A constant's
+  // weight may also be I32, I64 or BOOL.
+  Result<int32_t> weight(const std::string& name, bool constant, const std::string& where) {
     if (const auto w = weight_ids_.find(name); w != weight_ids_.end()) return w->second;
-    Result<const SafetensorsTensor*> t = weights_.get(name);
-    if (!t.ok()) return t.status().with_context(where);
-    if ((*t)->dtype != DataType::kF32 && (*t)->dtype != DataType::kBF16 && (*t)->dtype != DataType::kF16) {
-      return unimplemented(where + ": weight '" + name + "' is " + (*t)->dtype_name + ", not F32, BF16 or F16");
+    const SafetensorsTensor* found = weights_.find(name);
+    DataType dtype = DataType::kF32;
+    if (!(constant && found != nullptr && constant_weight_dtype(found->dtype_name, dtype))) {
+      Result<const SafetensorsTensor*> t = weights_.get(name);
+      if (!t.ok()) return t.status().with_context(where);
+      found = *t;
+      dtype = found->dtype;
     }
     ir::WeightInfo w;
     w.name = name;
-    w.dtype = (*t)->dtype;
-    w.dims = (*t)->dims;
-    w.bytes = (*t)->bytes.size();
+    w.dtype = dtype;
+    w.dims = found->dims;
+    w.bytes = found->bytes.size();
     w.offset = (payload_.size() + 63) / 64 * 64;
     payload_.resize(w.offset + w.bytes, 0);
-    if (w.bytes > 0) std::memcpy(payload_.data() + w.offset, (*t)->bytes.data(), w.bytes);
+    if (w.bytes > 0) std::memcpy(payload_.data() + w.offset, found->bytes.data(), w.bytes);
+    if (dtype == DataType::kBool) {  // gearbox's bool is 0 or 1
+      for (uint64_t i = 0; i < w.bytes; ++i) payload_[w.offset + i] = payload_[w.offset + i] != 0 ? 1 : 0;
+    }
     net_.weights.push_back(std::move(w));
     const auto id = static_cast<int32_t>(net_.weights.size() - 1);
     weight_ids_.emplace(name, id);
@@ -233,7 +359,7 @@ class Reader {
     for (size_t i = 0; i < it->size(); ++i) {
       const Json& n = (*it)[i];
       std::string where = "nodes[" + std::to_string(i) + "]";
-      GEARBOX_RETURN_IF_ERROR(only_keys(n, where, {"op", "name", "inputs", "outputs", "weights", "attrs"}));
+      GEARBOX_RETURN_IF_ERROR(only_keys(n, where, {"op", "name", "inputs", "outputs", "dtypes", "weights", "attrs"}));
       ir::Node node;
       Result<std::string> name = get_string(n, "name", where);
       if (!name.ok()) return name.status();
@@ -245,14 +371,19 @@ class Reader {
       Result<OpKind> kind = parse_op(*op, where);
       if (!kind.ok()) return kind.status();
       node.kind = *kind;
-      Result<ir::OpAttrs> attrs = parse_attrs(n, where);
+      Result<ir::OpAttrs> attrs = parse_attrs(n, *kind, where);
       if (!attrs.ok()) return attrs.status();
       node.attrs = *attrs;
       Result<std::vector<std::string>> inputs = get_strings(n, "inputs", where);
       Result<std::vector<std::string>> outputs = get_strings(n, "outputs", where);
       Result<std::vector<std::string>> weights = get_strings(n, "weights", where, false);
-      for (const Status& st : {inputs.status(), outputs.status(), weights.status()}) {
+      Result<std::vector<std::string>> dtypes = get_strings(n, "dtypes", where, false);
+      for (const Status& st : {inputs.status(), outputs.status(), weights.status(), dtypes.status()}) {
         if (!st.ok()) return st;
+      }
+      if (n.contains("dtypes") && dtypes->size() != outputs->size()) {
+        return bad(where, "'dtypes' has " + std::to_string(dtypes->size()) + " entries for " +
+                              std::to_string(outputs->size()) + " outputs (one per output)");
       }
       for (const std::string& in : *inputs) {
         const auto t = tensors_.find(in);
@@ -260,12 +391,18 @@ class Reader {
         node.inputs.push_back(t->second);
       }
       for (const std::string& w : *weights) {
-        Result<int32_t> id = weight(w, where);
+        Result<int32_t> id = weight(w, node.kind == OpKind::kConstant, where);
         if (!id.ok()) return id.status();
         node.weights.push_back(*id);
       }
-      for (const std::string& out : *outputs) {
-        Result<int32_t> t = new_tensor(out, DataType::kF32, where);
+      for (size_t o = 0; o < outputs->size(); ++o) {
+        DataType dtype = DataType::kF32;
+        if (!dtypes->empty()) {
+          Result<DataType> parsed = parse_dtype((*dtypes)[o], where);
+          if (!parsed.ok()) return parsed.status();
+          dtype = *parsed;
+        }
+        Result<int32_t> t = new_tensor((*outputs)[o], dtype, where);
         if (!t.ok()) return t.status();
         node.outputs.push_back(*t);
       }

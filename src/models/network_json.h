@@ -10,8 +10,9 @@
 //                 "weights": ["model.embed_tokens.weight"], "attrs": {"scale": 17.9}}, ...],
 //    "metadata": {"model.family": "gemma3", ...}}
 //
-// Tensors are named; a node's outputs are new f32 activations. Weights are safetensors
-// tensors (f32, bf16 or f16), copied into the payload as stored. Every unknown key, op,
+// Tensors are named; a node's outputs are new activations, f32 unless the node's
+// "dtypes" says otherwise. Weights are safetensors tensors (f32, bf16 or f16; a constant's
+// also i32, i64 or bool), copied into the payload as stored. Every unknown key, op,
 // attribute or dtype is an error naming where it is; the network is then validated as
 // any other (ir/validate.h) when it is built.
 #pragma once

@@ -113,7 +113,7 @@ TEST_F(NetworkJson, EverySchemaBreakIsNamed) {
        },
        "'dims' entries must be >= -1"},
       {"dim names missing", [](Json& j) { j["inputs"][0]["dim_names"] = {"batch"}; }, "'dim_names' must name every"},
-      {"unknown op", [](Json& j) { j["nodes"][1]["op"] = "layer_norm"; }, "nodes[1] 'norm': unknown op 'layer_norm'"},
+      {"unknown op", [](Json& j) { j["nodes"][1]["op"] = "group_norm"; }, "nodes[1] 'norm': unknown op 'group_norm'"},
       {"unknown attr", [](Json& j) { j["nodes"][1]["attrs"]["gamma"] = 1; }, "unknown attr 'gamma'"},
       {"attr of the wrong type", [](Json& j) { j["nodes"][1]["attrs"]["eps"] = "small"; }, "'eps' must be a number"},
       {"int attr too wide", [](Json& j) { j["nodes"][1]["attrs"]["head_dim"] = 1LL << 40; }, "32-bit integer"},

@@ -21,7 +21,7 @@ inline constexpr char kBlobMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
 /// fields and grow header_bytes; these keep their offsets.
 struct BlobHeader {
   char magic[8];             ///< kBlobMagic
-  uint32_t format_version;   ///< the engine format version (1)
+  uint32_t format_version;   ///< the engine format version (1 or 2, docs/FORMAT.md)
   uint32_t header_bytes;     ///< the header's length, >= 64
   uint64_t metadata_offset;  ///< where the metadata starts
   uint64_t metadata_bytes;   ///< its length

@@ -4,11 +4,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <string>
 #include <thread>
 
 #include "core/check.h"
 #include "core/half.h"
 #include "devices/cpu/kernels.h"
+#include "ir/generic_shapes.h"
 #include "ir/shape_inference.h"
 #include "runtime/device_backend.h"
 
@@ -28,15 +30,84 @@ constexpr uint32_t kAttentionTiled = 2;
 
 class CpuWeights final : public DeviceWeights {
  public:
-  std::vector<std::vector<float>> per_weight;  // f32, index = weight id
+  std::vector<std::vector<float>> per_weight;  // f32, index = weight id (empty for the others)
+  // i32 / i64 / bool weights (a constant's), as stored; index = weight id.
+  std::vector<std::vector<uint8_t>> raw;
   // Per node id: a RoPE node's inverse frequencies (its weight, or computed from theta).
   std::vector<std::vector<float>> rope_freqs;
   int64_t bytes() const noexcept override {
     int64_t total = 0;
     for (const auto& w : per_weight) total += static_cast<int64_t>(w.size() * sizeof(float));
+    for (const auto& w : raw) total += static_cast<int64_t>(w.size());
     return total;
   }
 };
+
+// How the CPU device stores a tensor of `declared` dtype: bf16 and f16 as f32.
+DataType cpu_storage(DataType declared) {
+  return declared == DataType::kBF16 || declared == DataType::kF16 ? DataType::kF32 : declared;
+}
+
+// A generic op (ir/network.h) on the kernels of kernels_generic.cpp / kernels_layout.cpp.
+Status run_generic_node(const Network& net, const CpuWeights& weights, size_t n, const NodeArgs& a) {
+  const Node& node = net.nodes[n];
+  const ir::OpAttrs& at = node.attrs;
+  auto in = [&](size_t i) {
+    const auto t = static_cast<size_t>(node.inputs[i]);
+    return cpu::In{a.tensors[t], a.dims[t], cpu_storage(net.tensors[t].dtype)};
+  };
+  const auto ot = static_cast<size_t>(node.outputs[0]);
+  const cpu::Out out{a.tensors[ot], a.dims[ot], cpu_storage(net.tensors[ot].dtype)};
+  auto weight = [&](size_t i) -> const float* {
+    return i < node.weights.size() ? weights.per_weight[static_cast<size_t>(node.weights[i])].data() : nullptr;
+  };
+  switch (node.kind) {
+    case OpKind::kUnary: cpu::unary(in(0), out, at.code, at.alpha, at.beta); return {};
+    case OpKind::kBinary: return cpu::binary(in(0), in(1), out, at.code);
+    case OpKind::kWhere: cpu::where(in(0), in(1), in(2), out); return {};
+    case OpKind::kReduce: cpu::reduce(in(0), out, at.code, at.ints); return {};
+    case OpKind::kSoftmax:
+      cpu::softmax(in(0), out, at.axis, at.code == static_cast<int32_t>(ir::SoftmaxCode::kLogSoftmax));
+      return {};
+    case OpKind::kMatmul: cpu::matmul(in(0), in(1), out); return {};
+    case OpKind::kSdpa: {
+      const cpu::In mask = node.inputs.size() > 3 ? in(3) : cpu::In{};
+      cpu::sdpa(in(0), in(1), in(2), node.inputs.size() > 3 ? &mask : nullptr, out, at.scale,
+                (at.flags & ir::kFlagCausal) != 0, static_cast<float*>(a.scratch));
+      return {};
+    }
+    case OpKind::kLayerNorm: cpu::layer_norm(in(0), weight(0), weight(1), out, at.eps); return {};
+    case OpKind::kPermute: cpu::permute(in(0), out, at.ints); return {};
+    case OpKind::kReshape:
+      std::memcpy(out.data, in(0).data, static_cast<size_t>(ir::tensor_bytes(out.dims, out.dtype)));
+      return {};
+    case OpKind::kExpand: cpu::expand(in(0), out); return {};
+    case OpKind::kSlice: {
+      const cpu::In x = in(0);
+      const ir::SliceRange r = ir::slice_range(x.dims[at.axis], at.ints[0], at.ints[1], at.ints[2]);
+      cpu::slice(x, out, at.axis, r.start, r.step);
+      return {};
+    }
+    case OpKind::kConcat: {
+      std::vector<cpu::In> xs;
+      for (size_t i = 0; i < node.inputs.size(); ++i) xs.push_back(in(i));
+      cpu::concat(xs, out, at.axis);
+      return {};
+    }
+    case OpKind::kCast: cpu::cast(in(0), out, net.tensors[ot].dtype); return {};
+    case OpKind::kIndexSelect: return cpu::index_select(in(0), in(1), out, at.axis);
+    case OpKind::kGather: return cpu::gather(in(0), in(1), out, at.axis);
+    case OpKind::kConstant: {
+      const auto w = static_cast<size_t>(node.weights[0]);
+      const void* src = weights.per_weight[w].empty() ? static_cast<const void*>(weights.raw[w].data())
+                                                      : static_cast<const void*>(weights.per_weight[w].data());
+      const auto bytes = static_cast<size_t>(ir::tensor_bytes(out.dims, out.dtype));
+      if (bytes > 0) std::memcpy(out.data, src, bytes);
+      return {};
+    }
+    default: return internal_error(std::string(ir::op_kind_name(node.kind)) + " is not a generic op");
+  }
+}
 
 void free_aligned(void* p) { std::free(p); }
 
@@ -138,9 +209,7 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
     case OpKind::kCast:
     case OpKind::kIndexSelect:
     case OpKind::kGather:
-    case OpKind::kConstant:
-      return unimplemented("node " + node.name + ": " + ir::op_kind_name(node.kind) +
-                           " is not implemented on the cpu device");
+    case OpKind::kConstant: return run_generic_node(net, weights, n, a).with_context(node.name);
   }
   return internal_error("unknown op kind in node " + node.name);
 }
@@ -178,9 +247,7 @@ class CpuBackend final : public DeviceBackend {
   }
   std::string library_versions() const override { return "gearbox-cpu-kernels 1"; }
 
-  DataType storage_type(DataType declared) const noexcept override {
-    return declared == DataType::kI32 || declared == DataType::kI64 ? declared : DataType::kF32;
-  }
+  DataType storage_type(DataType declared) const noexcept override { return cpu_storage(declared); }
 
   std::vector<TacticInfo> tactics(const Node& node) const override {
     switch (node.kind) {
@@ -204,6 +271,11 @@ class CpuBackend final : public DeviceBackend {
 
   int64_t scratch_bytes(const Network& net, const Node& node, uint32_t tactic,
                         std::span<const Dims> dims) const override {
+    if (node.kind == OpKind::kSdpa) {
+      const Dims& k = dims[static_cast<size_t>(node.inputs[1])];
+      return cpu::sdpa_scratch_floats(k[k.rank() - 2]) * static_cast<int64_t>(sizeof(float));
+    }
+    if (node.inputs.empty()) return 0;
     const Dims& x = dims[static_cast<size_t>(node.inputs[0])];
     if (node.kind == OpKind::kLinear && tactic == kLinearBlocked) {
       return cpu::linear_blocked_scratch_floats(x[x.rank() - 1]) * static_cast<int64_t>(sizeof(float));
@@ -219,17 +291,24 @@ class CpuBackend final : public DeviceBackend {
                                                         std::span<const uint8_t> payload) const override {
     auto weights = std::make_shared<CpuWeights>();
     weights->per_weight.resize(net.weights.size());
+    weights->raw.resize(net.weights.size());
     for (size_t i = 0; i < net.weights.size(); ++i) {
       const ir::WeightInfo& info = net.weights[i];
       if (info.offset + info.bytes > payload.size())
         return data_loss("weight '" + info.name + "' lies outside the payload");
       const int64_t count = info.dims.volume();
+      const bool as_float = cpu_storage(info.dtype) == DataType::kF32;
       try {
-        weights->per_weight[i].resize(static_cast<size_t>(count));
+        if (as_float) {
+          weights->per_weight[i].resize(static_cast<size_t>(count));
+        } else {
+          weights->raw[i].assign(payload.begin() + static_cast<ptrdiff_t>(info.offset),
+                                 payload.begin() + static_cast<ptrdiff_t>(info.offset + info.bytes));
+        }
       } catch (const std::bad_alloc&) {
         return resource_exhausted("out of host memory uploading weight '" + info.name + "'");
       }
-      convert_to_f32(payload.data() + info.offset, info.dtype, count, weights->per_weight[i].data());
+      if (as_float) convert_to_f32(payload.data() + info.offset, info.dtype, count, weights->per_weight[i].data());
     }
     weights->rope_freqs.resize(net.nodes.size());
     for (size_t n = 0; n < net.nodes.size(); ++n) {

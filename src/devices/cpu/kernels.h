@@ -14,6 +14,7 @@
 #include <span>
 
 #include "gearbox/data_type.h"
+#include "gearbox/dims.h"
 #include "gearbox/status.h"
 
 namespace gearbox::cpu {
@@ -93,5 +94,69 @@ void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 /// out = a + b (out may alias a or b).
 void add(const float* a, const float* b, float* out, int64_t n);
+
+// ---- generic ops (ir/network.h) ---------------------------------------------------------
+// Tensors of any rank, row-major and contiguous, described by data, dims and the dtype
+// they are stored in (f32, i32, i64 or bool; the CPU device stores bf16/f16 as f32).
+// Output dims are the inferred ones (ir/generic_shapes.h); the kernels trust them. Codes
+// are ir::UnaryCode / BinaryCode / ReduceCode. Errors of the call (bad index, integer
+// division by zero) are found before anything is written.
+
+/// An input of a generic kernel.
+struct In {
+  const void* data = nullptr;
+  Dims dims;
+  DataType dtype = DataType::kF32;
+};
+/// The output of a generic kernel.
+struct Out {
+  void* data = nullptr;
+  Dims dims;
+  DataType dtype = DataType::kF32;
+};
+
+/// y = f(x), `code` a UnaryCode; f32, or i32/i64 for neg and abs, bool for logical_not.
+void unary(const In& x, const Out& y, int32_t code, float alpha, float beta);
+/// y = a op b with broadcasting, `code` a BinaryCode. Integer arithmetic wraps (two's
+/// complement); integer div truncates toward zero; integer pow by a negative exponent is
+/// 1 / a^-e truncated (0 unless a is 1 or -1). Errors (nothing written): an integer div
+/// whose divisor holds a 0 -> kInvalidArgument.
+Status binary(const In& a, const In& b, const Out& y, int32_t code);
+/// y = cond ? a : b with three-way broadcasting (cond bool, a/b/y one dtype).
+void where(const In& cond, const In& a, const In& b, const Out& y);
+/// y = sum / mean / amax / amin of x over `axes` (empty = all); y's dims are x's without
+/// (or with 1 at) the reduced axes. NaN propagates through amax / amin.
+void reduce(const In& x, const Out& y, int32_t code, std::span<const int64_t> axes);
+/// Softmax (or log-softmax) of x over `axis`, max-subtracted.
+void softmax(const In& x, const Out& y, int32_t axis, bool log);
+/// y [..., M, N] = a [..., M, K] b [..., K, N], batch dims broadcast, f32 accumulate.
+void matmul(const In& a, const In& b, const Out& y);
+/// y [..., Lq, Dv] = softmax(q k^T * scale + mask) v with broadcast batch dims. `mask`
+/// (null for none) is bool (false excludes) or f32 (added); causal excludes keys j > i.
+/// A row whose every key is excluded (or -inf) is 0. scratch: sdpa_scratch_floats(Lk).
+void sdpa(const In& q, const In& k, const In& v, const In* mask, const Out& y, float scale, bool causal,
+          float* scratch);
+/// Scratch floats sdpa needs for `lk` keys.
+int64_t sdpa_scratch_floats(int64_t lk);
+/// Layer norm over the last dim: (x - mean) * rsqrt(var + eps) * w + b, biased variance;
+/// w and b (f32, F values) may be null (1 and 0).
+void layer_norm(const In& x, const float* w, const float* b, const Out& y, float eps);
+/// y = x with dims permuted: y.dims[i] = x.dims[perm[i]]. Any dtype.
+void permute(const In& x, const Out& y, std::span<const int64_t> perm);
+/// y = x broadcast to y's dims (x aligned right). Any dtype.
+void expand(const In& x, const Out& y);
+/// y = x[start::step] along `axis` (y's dims give the count). Any dtype.
+void slice(const In& x, const Out& y, int32_t axis, int64_t start, int64_t step);
+/// y = the inputs joined along `axis`. Any dtype.
+void concat(std::span<const In> xs, const Out& y, int32_t axis);
+/// y = x converted to `to` (the declared dtype: f32 bf16 f16 i32 i64 bool), stored as
+/// y.dtype. bf16/f16 round to nearest even; float -> int truncates toward zero and
+/// saturates (NaN -> 0); i64 -> i32 wraps; -> bool is x != 0.
+void cast(const In& x, const Out& y, DataType to);
+/// y = x with dim `axis` taken at index[j]. Errors (nothing written): an index outside
+/// [-extent, extent) -> kInvalidArgument naming its position and value.
+Status index_select(const In& x, const In& index, const Out& y, int32_t axis);
+/// torch.gather(x, axis, index) into y (index's dims). Errors: as index_select.
+Status gather(const In& x, const In& index, const Out& y, int32_t axis);
 
 }  // namespace gearbox::cpu
