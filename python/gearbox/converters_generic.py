@@ -189,9 +189,14 @@ def _validate_clamp(node, state):
 @register("aten.clamp.default", validate=_validate_clamp)
 def _emit_clamp(node, nb):
     b = bind(node)
-    lo = float(b["min"]) if b.get("min") is not None else -math.inf
-    hi = float(b["max"]) if b.get("max") is not None else math.inf
-    nb.add("unary", node, [nb.operand(b["self"], "the input")], attrs={"code": "clamp", "alpha": lo, "beta": hi})
+    x = nb.operand(b["self"], "the input")
+    lo, hi = b.get("min"), b.get("max")
+    if lo is not None and hi is not None:
+        nb.add("unary", node, [x], attrs={"code": "clamp", "alpha": float(lo), "beta": float(hi)})
+        return
+    # One bound (JSON has no infinity): the maximum or minimum with a 0-d constant.
+    bound = nb.constant(torch.tensor(float(lo if lo is not None else hi)), f"{node.name}.bound")
+    nb.add("binary", node, [x, bound], attrs={"code": "maximum" if lo is not None else "minimum"})
 
 
 # ---- binary ------------------------------------------------------------------------------------
@@ -689,6 +694,14 @@ def _slice_bounds(node) -> Tuple[Optional[Tuple[int, int, int, int]], Optional[s
     return (axis, start, end, step), None
 
 
+def _slice_attrs(axis: int, start: int, end: int, step: int) -> dict:
+    """The slice node's attrs; an open end is left out."""
+    attrs = {"axis": axis, "start": start, "end": end, "step": step}
+    if end == INT64_MAX:
+        del attrs["end"]
+    return attrs
+
+
 def _validate_slice(node, state):
     r = _first(_tensor(bind(node)["self"], "the input"), _out(node))
     return r or _slice_bounds(node)[1]
@@ -697,8 +710,7 @@ def _validate_slice(node, state):
 @register("aten.slice_copy.Tensor", "aten.slice.Tensor", validate=_validate_slice)
 def _emit_slice(node, nb):
     (axis, start, end, step), _ = _slice_bounds(node)
-    nb.add("slice", node, [nb.operand(bind(node)["self"], "the input")],
-           attrs={"axis": axis, "start": start, "end": end, "step": step})
+    nb.add("slice", node, [nb.operand(bind(node)["self"], "the input")], attrs=_slice_attrs(axis, start, end, step))
 
 
 def _validate_select(node, state):
@@ -720,7 +732,7 @@ def _emit_select(node, nb):
         i += xs[axis]
     end = i + 1 if i + 1 != 0 else INT64_MAX
     s = nb.emit("slice", f"{node.name}.slice", [nb.operand(b["self"], "the input")], tensor_val(node).dtype,
-                attrs={"axis": axis, "start": i, "end": end, "step": 1})
+                attrs=_slice_attrs(axis, i, end, 1))
     nb.add("reshape", node, [s], attrs={"shape": [-(j + 2) for j in range(len(xs)) if j != axis]})
 
 
@@ -785,7 +797,7 @@ def _emit_split(node, nb):
     ranges, _ = _split_ranges(node)
     for u in node.users:
         start, end = ranges[u.args[1]]
-        nb.add("slice", u, [x], attrs={"axis": axis, "start": start, "end": end, "step": 1})
+        nb.add("slice", u, [x], attrs=_slice_attrs(axis, start, end, 1))
 
 
 def _validate_expand(node, state):
