@@ -108,8 +108,8 @@ def _binding_problem(a: Node) -> Optional[str]:
     what = f"'{a.name}' ({v.dtype} {list(v.shape)})"
     if v.dtype not in _BINDABLE:
         return f"reads {what} from outside the delegate; gearbox binds f32, bf16, f16, i32, i64 and bool tensors"
-    if v.dim() > _MAX_RANK:
-        return f"reads {what} from outside the delegate; gearbox binds tensors of rank <= {_MAX_RANK}"
+    if not 1 <= v.dim() <= _MAX_RANK:
+        return f"reads {what} from outside the delegate; gearbox binds tensors of rank 1 to {_MAX_RANK}"
     for e in v.shape:
         if not isinstance(e, int) and not (isinstance(e, torch.SymInt) and e.node.expr.is_Symbol):
             return (f"reads {what} from outside the delegate; its extent {e} is not the dynamic dim itself (an "

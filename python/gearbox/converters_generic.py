@@ -21,7 +21,8 @@ from typing import List, Optional, Sequence, Tuple
 import torch
 from torch.fx import Node
 
-from gearbox.converters import SIZE, TORCH_TO_DTYPE, NetworkBuilder, register
+from gearbox.converters import IR, SIZE, TORCH_TO_DTYPE, NetworkBuilder
+from gearbox.converters import register as _register
 from gearbox.fx_util import ProgramState, bind, same_extent, tensor_val
 
 INT64_MAX = 2 ** 63 - 1
@@ -29,6 +30,51 @@ _OPEN_END = 2 ** 62  # torch.export writes an open slice end as INT64_MAX
 MAX_RANK = 8
 _INTS = (torch.int32, torch.int64)
 _DTYPES = tuple(TORCH_TO_DTYPE)
+
+
+def _index_arithmetic(node: Node, state: ProgramState) -> Optional[str]:
+    """Integer/bool arithmetic on positions and cache indices (no float tensor in its
+    inputs or upstream of them, no float tensor out, or a cast of such a value) stays on
+    ExecuTorch with the KV cache bookkeeping it serves. Masks computed from float values
+    and tensors made from constants alone are not index arithmetic."""
+    ins = [tensor_val(a) for a in node.all_input_nodes]
+    if not any(v is not None for v in ins) or _float_upstream(node, state):
+        return None
+    vals = node.meta.get("val")
+    outs = vals if isinstance(vals, (list, tuple)) else [vals]
+    if any(isinstance(v, torch.Tensor) and v.dtype.is_floating_point for v in outs) and _key(node) not in _CASTS:
+        return None
+    return "integer/bool index arithmetic, left on ExecuTorch with the bookkeeping it serves"
+
+
+def _float_upstream(node: Node, state: ProgramState) -> bool:
+    """A float tensor among node's inputs, or upstream of them through computed values."""
+    memo = state.__dict__.setdefault("_float_upstream", {})
+    stack, order = [node], []
+    while stack:  # iterative: long chains of index ops would overflow recursion
+        n = stack.pop()
+        if n in memo:
+            continue
+        pending = [a for a in n.all_input_nodes if a not in memo and a.op == "call_function"]
+        if pending:
+            stack.append(n)
+            stack.extend(pending)
+            order.append(n)
+            continue
+        memo[n] = any((tensor_val(a) is not None and tensor_val(a).dtype.is_floating_point) or
+                      (a.op == "call_function" and memo.get(a, False)) for a in n.all_input_nodes)
+        if len(order) > 100000:
+            break
+    return memo.get(node, False)
+
+
+def register(*ops: str, kind: str = IR, validate=None):
+    """gearbox.converters.register for generic converters: integer/bool index arithmetic is
+    refused before the op's own validator runs."""
+    if kind != IR:
+        return _register(*ops, kind=kind, validate=validate)
+    own = validate or (lambda n, s: None)
+    return _register(*ops, kind=kind, validate=lambda n, s: _index_arithmetic(n, s) or own(n, s))
 
 
 # ---- shapes ----------------------------------------------------------------------------------

@@ -143,16 +143,16 @@ class ConverterTest(unittest.TestCase):
 
     def test_casts_gathers_and_integer_constants(self):
         def fn(m, x, ids, where):
-            return torch.index_select(x, 1, ids), torch.gather(x, 2, where), (ids * 2).to(torch.int32), \
-                F.embedding(ids + m.offset, m.params["table"])
+            return torch.index_select(x, 1, ids), torch.gather(x, 2, where), x.to(torch.int32), \
+                F.embedding(ids, m.params["table"]) * m.scale
 
         nodes, desc, weights = self.op(fn, X, torch.tensor([0, 2, 1]), torch.randint(0, 8, (1, 5, 2)),
-                                       dims={0: [1], 2: [1]}, offset=torch.tensor([1, 0, 2]), table=torch.randn(6, 4))
+                                       dims={0: [1], 2: [1]}, scale=torch.tensor([1, 0, 2, 3]), table=torch.randn(6, 4))
         ops = [n["op"] for n in nodes]
         self.assertIn("index_select", ops)
         self.assertIn("gather", ops)
         self.assertIn(("cast", ["i32"]), [(n["op"], n.get("dtypes")) for n in nodes])
-        self.assertEqual(weights["offset"].dtype, torch.int64)
+        self.assertEqual(weights["scale"].dtype, torch.int64)
         self.assertEqual({i["name"]: i["dtype"] for i in desc["inputs"]}["b"], "i64")
 
     def test_sdpa_with_grouped_kv_heads(self):
@@ -177,13 +177,18 @@ class ConverterTest(unittest.TestCase):
         self.assertIn("bfloat16 activation; gearbox's float math is f32", r["aten.exp.default"])
         self.assertIsNone(r["aten.to.dtype"])  # the cast itself converts
 
-        mask = torch.ones(5, 5, dtype=torch.bool)
-        r = reasons(export_fn(lambda m, a: a.reshape(-1).reshape(a.shape[0], a.shape[1]), mask, dims={0: [0, 1]}))
+        r = reasons(export_fn(lambda m, a: a.reshape(-1).reshape(a.shape[0], a.shape[1]), torch.randn(5, 5),
+                              dims={0: [0, 1]}))
         view_reasons = [v for k, v in r.items() if "view" in k or "reshape" in k]
         self.assertTrue(any(v and "cannot express" in v for v in view_reasons), r)
 
         r = reasons(export_fn(lambda m, x: m.params["idx"].expand(1, x.shape[1], 2) + x[..., :2], X, idx=torch.ones(1, 1, 2)))
         self.assertIn("cannot express from the input's [1, 1, 2]", r["aten.expand.default"])
+
+        r = reasons(export_fn(lambda m, x, ids: x[0, 0, 0] + (ids * 2).to(torch.float32), X, torch.tensor([1, 2]),
+                              dims={0: [1]}))
+        self.assertIn("index arithmetic", r["aten.mul.Tensor"])
+        self.assertIn("index arithmetic", r["aten.to.dtype"])
 
         r = reasons(export_fn(lambda m, x: torch.sum(x, -1, dtype=torch.float64), X))
         self.assertTrue(any(v and "float64" in v for v in r.values()), r)
