@@ -141,7 +141,7 @@ class Inferer {
       case OpKind::kCast:
       case OpKind::kIndexSelect:
       case OpKind::kGather:
-      case OpKind::kConstant: return fail("has no shape rule yet");
+      case OpKind::kConstant: return infer_generic_node(net_, n, label_, dims_);
     }
     return fail("unknown op kind");
   }

@@ -249,7 +249,7 @@ class Validator {
       case OpKind::kCast:
       case OpKind::kIndexSelect:
       case OpKind::kGather:
-      case OpKind::kConstant: return error("is not supported yet");
+      case OpKind::kConstant: return validate_generic_node(net_, node, label_);
     }
     return error("unknown op kind");  // unreachable: the kind was range-checked above
   }

@@ -83,7 +83,7 @@ class GenericValidator {
         return same_dtypes({in(0), out()}, "x and the output");
       case OpKind::kConcat: {
         if (node_.inputs.empty()) return error("needs at least 1 input");
-        GEARBOX_RETURN_IF_ERROR(arity(node_.inputs.size(), 1, 0, "(x0, x1, ...)"));
+        GEARBOX_RETURN_IF_ERROR(arity(node_.inputs.size(), node_.inputs.size(), 0, "(x0, x1, ...)"));
         GEARBOX_RETURN_IF_ERROR(need_axis());
         std::vector<DataType> types;
         for (size_t i = 0; i < node_.inputs.size(); ++i) types.push_back(in(i));
@@ -93,7 +93,7 @@ class GenericValidator {
       case OpKind::kCast: return arity(1, 1, 0, "(x)");
       case OpKind::kIndexSelect:
       case OpKind::kGather:
-        GEARBOX_RETURN_IF_ERROR(arity(2, 1, 0, "(x, index)"));
+        GEARBOX_RETURN_IF_ERROR(arity(2, 2, 0, "(x, index)"));
         GEARBOX_RETURN_IF_ERROR(need_axis());
         if (!is_int(in(1))) return error(std::string("index must be i32 or i64, not ") + data_type_name(in(1)));
         return same_dtypes({in(0), out()}, "x and the output");
@@ -115,7 +115,7 @@ class GenericValidator {
   DataType out() const { return net_.tensors[static_cast<size_t>(node_.outputs[0])].dtype; }
   Status error(const std::string& what) const { return invalid_argument(label_ + ": " + what); }
 
-  // inputs: exact count; for a node of one output.
+  // Between inputs_min and inputs_max inputs, one output, `weights` weights.
   Status arity(size_t inputs_min, size_t inputs_max, size_t weights, const char* names) const {
     if (node_.inputs.size() < inputs_min || node_.inputs.size() > inputs_max) {
       const std::string want = inputs_min == inputs_max
