@@ -24,14 +24,27 @@ from gearbox.fx_util import ProgramState, dim_name
 __all__ = ["LoweringError", "gearbox_op_name", "describe", "build_engine", "find_cli"]
 
 
-def _input_spec(node: torch.fx.Node, symbols: Dict[str, str]) -> dict:
+def _input_spec(node: torch.fx.Node, symbols: Dict[str, str], static_program: bool) -> dict:
     """The network description's entry for a delegate input: dynamic extents -1, named by
-    their symbol (all of them one symbol: the profiles bound one dynamic extent)."""
+    their Dim (all of them one Dim: the profiles bound one dynamic extent). A [1, T] input
+    of token ids or positions is [1, -1] ("batch", "seq") also in a program of fixed
+    length (a decode method), so that methods exported at different lengths describe, and
+    share, one engine."""
     val = node.meta.get("val")
     if not isinstance(val, torch.Tensor) or val.dtype not in TORCH_TO_DTYPE:
         raise LoweringError(f"input '{node.name}' must be a tensor of {sorted(TORCH_TO_DTYPE.values())}")
+    if val.dim() == 2 and isinstance(val.shape[0], int) and val.shape[0] == 1 and \
+            (static_program and val.dtype in (torch.int32, torch.int64) or not isinstance(val.shape[1], int)):
+        if not isinstance(val.shape[1], int):
+            _input_spec_dims(node, val.shape, symbols)
+        return {"name": node.name, "dtype": TORCH_TO_DTYPE[val.dtype], "dims": [1, -1], "dim_names": ["batch", "seq"]}
+    dims, names = _input_spec_dims(node, val.shape, symbols)
+    return {"name": node.name, "dtype": TORCH_TO_DTYPE[val.dtype], "dims": dims, "dim_names": names}
+
+
+def _input_spec_dims(node: torch.fx.Node, shape, symbols: Dict[str, str]):
     dims, names = [], []
-    for d, e in enumerate(val.shape):
+    for d, e in enumerate(shape):
         if isinstance(e, int):
             dims.append(int(e))
             names.append(f"d{d}")
@@ -45,7 +58,7 @@ def _input_spec(node: torch.fx.Node, symbols: Dict[str, str]) -> dict:
                                 "one dynamic extent per program (its profiles bound it)")
         dims.append(-1)
         names.append(dim_name(e))
-    return {"name": node.name, "dtype": TORCH_TO_DTYPE[val.dtype], "dims": dims, "dim_names": names}
+    return dims, names
 
 
 def describe(program, max_context: int, metadata: Dict[str, str] | None = None) -> Tuple[dict, Dict[str, torch.Tensor]]:
@@ -55,11 +68,14 @@ def describe(program, max_context: int, metadata: Dict[str, str] | None = None) 
     nb = NetworkBuilder(state, max_context, metadata)
     user_outputs = set(program.graph_signature.user_outputs)
     symbols: Dict[str, str] = {}
+    static_program = not any(isinstance(e, torch.SymInt) for n in program.graph_module.graph.nodes
+                             if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+                             for e in n.meta["val"].shape)
     for node in program.graph_module.graph.nodes:
         if node.op == "placeholder":
             if state.target(node) is not None:
                 continue  # weights are named by the nodes that read them; caches are state
-            nb.desc["inputs"].append(_input_spec(node, symbols))
+            nb.desc["inputs"].append(_input_spec(node, symbols, static_program))
             nb.names[node] = node.name
             nb.dtypes[node.name] = node.meta["val"].dtype
         elif node.op == "call_function":
