@@ -182,7 +182,8 @@ class ConverterTest(unittest.TestCase):
         view_reasons = [v for k, v in r.items() if "view" in k or "reshape" in k]
         self.assertTrue(any(v and "cannot express" in v for v in view_reasons), r)
 
-        r = reasons(export_fn(lambda m, x: m.params["idx"].expand(1, x.shape[1], 2) + x[..., :2], X, idx=torch.ones(1, 1, 2)))
+        r = reasons(export_fn(lambda m, x: m.params["idx"].expand(1, x.shape[1], 2) + x[..., :2], X,
+                              idx=torch.ones(1, 1, 2)))
         self.assertIn("cannot express from the input's [1, 1, 2]", r["aten.expand.default"])
 
         r = reasons(export_fn(lambda m, x, ids: x[0, 0, 0] + (ids * 2).to(torch.float32), X, torch.tensor([1, 2]),
