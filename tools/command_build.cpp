@@ -1,11 +1,13 @@
 // gearbox build: an engine from a Hugging Face checkpoint (Gemma-3, Llama, Mistral, Qwen2,
 // Qwen3) or the built-in mini Gemma-3 config, tuned per profile on the chosen device.
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <optional>
+#include <span>
 
 #include <CLI/CLI.hpp>
 
@@ -35,6 +37,17 @@ std::string join(const std::vector<int64_t>& v) {
   std::string s;
   for (size_t i = 0; i < v.size(); ++i) s += (i > 0 ? "," : "") + std::to_string(v[i]);
   return s;
+}
+
+// One input's bounds under a --profile: its dynamic extents (-1) take the profile's
+// sequence bounds (the second extent of `seq`'s [1, seq] dims), its static extents stay.
+InputProfileBounds input_bounds(const Dims& spec, const InputProfileBounds& seq) {
+  const auto at = [&spec](const Dims& bound) {
+    std::array<int64_t, kMaxDims> extents{};
+    for (int32_t d = 0; d < spec.rank(); ++d) extents[static_cast<size_t>(d)] = spec[d] == -1 ? bound[1] : spec[d];
+    return Dims(std::span<const int64_t>(extents.data(), static_cast<size_t>(spec.rank())));
+  };
+  return {at(seq.min), at(seq.opt), at(seq.max)};
 }
 
 struct BuildArgs {
@@ -178,8 +191,12 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
   if (!model.ok()) return fail("build", model.status());
   if (vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(vocab));
 
-  // --profile bounds the sequence of every input (tokens, positions, ...).
-  for (format::ProfileDesc& p : profiles) p.bounds.assign(model->network.inputs.size(), p.bounds[0]);
+  // --profile bounds the dynamic extent of every input (tokens, positions, ...).
+  for (format::ProfileDesc& p : profiles) {
+    const InputProfileBounds seq = p.bounds[0];
+    p.bounds.clear();
+    for (const ir::InputSpec& in : model->network.inputs) p.bounds.push_back(input_bounds(in.dims, seq));
+  }
   Result<format::EngineDesc> desc = internal::build_engine(model->network, profiles, model->payload, options);
   if (!desc.ok()) return fail("build", desc.status());
   if (Status s = format::write_engine_file(o.out, *desc, model->payload); !s.ok()) return fail("build", s);

@@ -4,19 +4,24 @@ Every converter has a validator that says why a node cannot run in gearbox (None
 can) and an emitter that writes the node's IR into a `NetworkBuilder`. The partitioner
 claims what the validators accept; preprocess emits it. Kinds:
 
-    ir      emits IR nodes (gearbox ops, linear, embedding, residual add, last position)
+    ir      emits IR nodes (gearbox ops, linear, embedding, residual add, last position,
+            and the generic ops of gearbox.converters_generic)
     alias   a layout op whose value is an IR tensor unchanged (a view round trip, a clone)
     state   a KV cache write (and the index it reads): the attention op keeps the cache in
             gearbox's execution context, so the write emits nothing
+    size    a shape query (aten.sym_size) read by the views of the same delegate
 
-    conv = converter_for(node)          # None: no converter for this op
-    reason = conv.validate(node, ctx)   # None: gearbox can run it
+An op may have several converters, tried in registration order: the fast ones (gearbox
+ops, linear, add of equal shapes, the last position, view round trips) come first, so a
+generic converter only takes a node none of them accepts.
+
+    conv, reason = choose(node, state)  # conv None: why no converter takes it
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.fx import Node
@@ -24,7 +29,7 @@ from torch.fx import Node
 from gearbox.fx_util import ProgramState, bind, is_op, op_key, shape, tensor_val
 from gearbox.layout import flat_source, form_of, is_layout, strip_identity
 
-IR, ALIAS, STATE = "ir", "alias", "state"
+IR, ALIAS, STATE, SIZE = "ir", "alias", "state", "size"
 
 # Per gearbox op: (tensor inputs, weight args, attrs {IR attr: arg name}).
 GEARBOX_OPS = {
@@ -57,25 +62,49 @@ class Converter:
     emit: Optional[Callable[[Node, "NetworkBuilder"], None]] = None
 
 
-_REGISTRY: Dict[str, Converter] = {}
+_REGISTRY: Dict[str, List[Converter]] = {}
 
 
 def register(*ops: str, kind: str = IR, validate=None):
-    """Registers the decorated emitter (or, for kind alias/state, no emitter) for ops."""
+    """Registers the decorated emitter (or, for kind alias/state/size, no emitter) for ops,
+    after the converters already registered for them."""
 
     def wrap(emit):
         for op in ops:
-            _REGISTRY[op] = Converter(kind, validate or (lambda n, s: None), emit)
+            _REGISTRY.setdefault(op, []).append(Converter(kind, validate or (lambda n, s: None), emit))
         return emit
 
     return wrap
 
 
-def converter_for(node: Node) -> Optional[Converter]:
+def _candidates(node: Node) -> List[Converter]:
     key = op_key(node.target)
     if key.startswith("gearbox."):
-        return _GEARBOX
-    return _REGISTRY.get(key)
+        return [_GEARBOX]
+    return _REGISTRY.get(key, [])
+
+
+def choose(node: Node, state: ProgramState) -> Tuple[Optional[Converter], Optional[str]]:
+    """The first converter that accepts node, or (None, why none does). Memoized per
+    ProgramState (a program's graph does not change while it is partitioned or lowered)."""
+    cache = state.__dict__.setdefault("_choices", {})
+    if node in cache:
+        return cache[node]
+    candidates = _candidates(node)
+    result: Tuple[Optional[Converter], Optional[str]] = (None, "no converter")
+    for conv in candidates:
+        reason = _special_reason(node, conv) or conv.validate(node, state)
+        if not reason:
+            result = (conv, None)
+            break
+        result = (None, reason)
+    cache[node] = result
+    return result
+
+
+def converter_for(node: Node, state: ProgramState) -> Optional[Converter]:
+    """The converter that takes node, or None."""
+    return choose(node, state)[0]
 
 
 def gearbox_op_name(target) -> Optional[str]:
@@ -94,6 +123,19 @@ def _activation(arg, state: ProgramState, what: str) -> Optional[str]:
         return f"{what} '{arg.name}' is a parameter or buffer, not an activation"
     if is_layout(arg) and flat_source(arg) is None:
         return f"{what} '{arg.name}' is a {tuple(shape(arg))} view; gearbox's IR reads [B, T, F] activations"
+    return None
+
+
+def _f32_activation(arg, state: ProgramState, what: str) -> Optional[str]:
+    """An f32 tensor computed by the graph (any layout: a view gearbox does not alias is a
+    generic reshape of its own, or a delegate input)."""
+    v = tensor_val(arg) if isinstance(arg, Node) else None
+    if v is None:
+        return f"{what} is not a tensor"
+    if state.target(arg) is not None:
+        return f"{what} '{arg.name}' is a parameter or buffer, not an activation"
+    if v.dtype != torch.float32:
+        return f"{what} '{arg.name}' is {v.dtype}; this fast path reads f32 activations"
     return None
 
 
@@ -132,7 +174,9 @@ def _validate_gearbox(node: Node, state: ProgramState) -> Optional[str]:
 
 def _validate_linear(node, state):
     b = bind(node)
-    return _first(_activation(b["input"], state, "the input"), _weight(b["weight"], state, "the weight", 2),
+    if tensor_val(b["input"]) is not None and tensor_val(b["input"]).dim() < 2:
+        return "a linear of a rank-1 input"
+    return _first(_f32_activation(b["input"], state, "the input"), _weight(b["weight"], state, "the weight", 2),
                   b.get("bias") is not None and _weight(b["bias"], state, "the bias", 1))
 
 
@@ -141,6 +185,8 @@ def _validate_embedding(node, state):
     ids = tensor_val(b["indices"])
     if ids is None or ids.dtype not in (torch.int32, torch.int64):
         return "the ids are not an int32/int64 tensor"
+    if ids.dim() != 2:
+        return f"the ids have rank {ids.dim()}; the embedding op reads [B, T] ids"
     return _weight(b["weight"], state, "the table", 2)
 
 
@@ -149,11 +195,11 @@ def _validate_add(node, state):
     if b.get("alpha", 1) != 1:
         return "add with alpha"
     for a in ("self", "other"):
-        if not isinstance(b[a], Node) or not tensor_val(b[a]).dtype.is_floating_point:
+        if not isinstance(b[a], Node) or tensor_val(b[a]) is None or not tensor_val(b[a]).dtype.is_floating_point:
             return f"'{a}' is not a float tensor (gearbox adds two activations)"
     if shape(b["self"]) != shape(b["other"]):
-        return f"broadcasting add {tuple(shape(b['self']))} + {tuple(shape(b['other']))} (generic IR ops: next slice)"
-    return _first(_activation(b["self"], state, "'self'"), _activation(b["other"], state, "'other'"))
+        return f"broadcasting add {tuple(shape(b['self']))} + {tuple(shape(b['other']))}"
+    return _first(_f32_activation(b["self"], state, "'self'"), _f32_activation(b["other"], state, "'other'"))
 
 
 def _validate_take_last(node, state):
@@ -164,13 +210,13 @@ def _validate_take_last(node, state):
     end = b.get("end")
     if b.get("start") != -1 or not (end is None or (isinstance(end, int) and end >= _SLICE_END_OPEN)):
         return "a slice other than the last position"
-    return _activation(b["self"], state, "the input")
+    return _f32_activation(b["self"], state, "the input")
 
 
 def _validate_layout(node, state):
     if flat_source(node) is not None or _feeds_state_writes_only(node):
         return None
-    return f"a layout op to {tuple(shape(node))}; gearbox's IR has no layout ops yet (next slice)"
+    return f"a layout op to {tuple(shape(node))}, not a view round trip of an activation"
 
 
 def _feeds_state_writes_only(node: Node) -> bool:
@@ -197,6 +243,10 @@ def _validate_state_write(node, state):
 # ---- the network being built -----------------------------------------------------------------
 
 
+TORCH_TO_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32",
+                  torch.int64: "i64", torch.bool: "bool"}
+
+
 class NetworkBuilder:
     """Collects the network description of one delegate (docs/FORMAT.md)."""
 
@@ -206,7 +256,10 @@ class NetworkBuilder:
                      "outputs": [], "states": [], "nodes": [], "metadata": dict(metadata or {})}
         self.weights: Dict[str, torch.Tensor] = {}
         self.names: Dict[Node, str] = {}
+        self.dtypes: Dict[str, torch.dtype] = {}  # tensor name -> dtype, for the casts generic ops insert
         self.slots: Dict[int, int] = {}  # the graph's attention state -> this network's slot
+        self._constants: Dict[str, str] = {}  # weight name -> the constant node's tensor
+        self._taken = set()
 
     def tensor(self, node, what: str) -> str:
         src = node if node in self.names else flat_source(node)
@@ -222,13 +275,68 @@ class NetworkBuilder:
         self.weights[name] = value
         return name
 
+    def fresh(self, base: str) -> str:
+        """A tensor or node name not used yet in this network."""
+        name, i = base, 0
+        while name in self._taken or name in self.dtypes or name in self.weights:
+            i += 1
+            name = f"{base}.{i}"
+        self._taken.add(name)
+        return name
+
     def add(self, op: str, node: Node, inputs, weights=(), attrs=None) -> None:
         entry = {"op": op, "name": node.name, "inputs": list(inputs), "outputs": [node.name],
                  "weights": list(weights)}
         if attrs:
             entry["attrs"] = attrs
+        dtype = tensor_val(node).dtype if tensor_val(node) is not None else torch.float32
+        if dtype != torch.float32:
+            entry["dtypes"] = [TORCH_TO_DTYPE[dtype]]
         self.desc["nodes"].append(entry)
+        self._taken.add(node.name)
         self.names[node] = node.name
+        self.dtypes[node.name] = dtype
+
+    def emit(self, op: str, base: str, inputs, dtype: torch.dtype = torch.float32, weights=(), attrs=None,
+             out: Optional[str] = None) -> str:
+        """Appends one node with one output (named `out`, else a fresh name from base);
+        returns the output's tensor name."""
+        name = out or self.fresh(base)
+        self._taken.add(name)
+        entry = {"op": op, "name": name, "inputs": list(inputs), "outputs": [name], "weights": list(weights)}
+        if attrs:
+            entry["attrs"] = attrs
+        if dtype != torch.float32:
+            entry["dtypes"] = [TORCH_TO_DTYPE[dtype]]
+        self.desc["nodes"].append(entry)
+        self.dtypes[name] = dtype
+        return name
+
+    def constant(self, value: torch.Tensor, base: str) -> str:
+        """A `constant` node holding value (stored as a weight of its own)."""
+        key = self.fresh(base)
+        self.weights[key] = value.detach().contiguous().cpu()
+        return self.emit("constant", key, [], value.dtype, [key], out=key)
+
+    def operand(self, arg, what: str) -> str:
+        """The tensor name of a generic op's input: an IR tensor, or a parameter, buffer or
+        lifted constant read through one `constant` node per weight."""
+        if isinstance(arg, Node) and self.state.target(arg) is not None and arg not in self.names:
+            name = self.weight(arg)
+            if name not in self._constants:
+                tensor = self.weights[name]
+                self._constants[name] = self.emit("constant", f"{arg.name}.constant", [], tensor.dtype, [name])
+            return self._constants[name]
+        return self.tensor(arg, what)
+
+    def dtype_of(self, name: str) -> torch.dtype:
+        return self.dtypes.get(name, torch.float32)
+
+    def cast(self, name: str, dtype: torch.dtype) -> str:
+        """name as dtype: name itself, or a new `cast` node."""
+        if self.dtype_of(name) == dtype:
+            return name
+        return self.emit("cast", f"{name}.to_{TORCH_TO_DTYPE[dtype]}", [name], dtype)
 
 
 def _emit_gearbox(node: Node, nb: NetworkBuilder) -> None:
@@ -283,12 +391,16 @@ register("aten.view_copy.default", "aten.view.default", "aten.reshape.default", 
 register(*STATE_WRITES, kind=STATE, validate=_validate_state_write)(None)
 
 
-def supported(node: Node, state: ProgramState) -> Optional[str]:
-    """None when gearbox can run node, else why not."""
-    conv = converter_for(node)
-    if conv is None:
-        return "no converter"
+def _special_reason(node: Node, conv: Converter) -> Optional[str]:
     if conv.kind == ALIAS and is_op(node, "aten._to_copy.default", "dim_order_ops._to_dim_order_copy.default") \
             and strip_identity(node) is node:
-        return "a dtype cast (gearbox activations are f32)"
-    return conv.validate(node, state)
+        return "a dtype cast, not a view"
+    return None
+
+
+def supported(node: Node, state: ProgramState) -> Optional[str]:
+    """None when gearbox can run node, else why not."""
+    return choose(node, state)[1]
+
+
+from gearbox import converters_generic  # noqa: E402,F401  (registers the generic converters after these)

@@ -43,6 +43,19 @@ def shape(node) -> Optional[tuple]:
     return tuple(v.shape) if v is not None else None
 
 
+def dim_name(extent) -> str:
+    """The name of the torch.export Dim a symbolic extent stands for ('seq'), else the
+    symbol ('s27')."""
+    try:
+        env = extent.node.shape_env
+        for source in env.var_to_sources.get(extent.node.expr, []):
+            if source.name in env.source_name_to_debug_name:
+                return env.source_name_to_debug_name[source.name]
+    except Exception:  # noqa: BLE001  (the name is for messages only)
+        pass
+    return str(extent)
+
+
 def same_extent(a, b) -> bool:
     """Two extents (ints or SymInts) that are equal for every value of the symbols."""
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 import os
 import shutil
 import subprocess
@@ -17,13 +18,47 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from gearbox.converters import IR, LoweringError, NetworkBuilder, converter_for, gearbox_op_name
-from gearbox.fx_util import ProgramState
-
-_TORCH_TO_DTYPE = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16", torch.int32: "i32",
-                   torch.int64: "i64"}
+from gearbox.converters import IR, TORCH_TO_DTYPE, LoweringError, NetworkBuilder, choose, gearbox_op_name
+from gearbox.fx_util import ProgramState, dim_name
 
 __all__ = ["LoweringError", "gearbox_op_name", "describe", "build_engine", "find_cli"]
+
+
+def _input_spec(node: torch.fx.Node, symbols: Dict[str, str], static_program: bool) -> dict:
+    """The network description's entry for a delegate input: dynamic extents -1, named by
+    their Dim (all of them one Dim: the profiles bound one dynamic extent). A [1, T] input
+    of token ids or positions is [1, -1] ("batch", "seq") also in a program of fixed
+    length (a decode method), so that methods exported at different lengths describe, and
+    share, one engine."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or val.dtype not in TORCH_TO_DTYPE:
+        raise LoweringError(f"input '{node.name}' must be a tensor of {sorted(TORCH_TO_DTYPE.values())}")
+    if val.dim() == 2 and isinstance(val.shape[0], int) and val.shape[0] == 1 and \
+            (static_program and val.dtype in (torch.int32, torch.int64) or not isinstance(val.shape[1], int)):
+        if not isinstance(val.shape[1], int):
+            _input_spec_dims(node, val.shape, symbols)
+        return {"name": node.name, "dtype": TORCH_TO_DTYPE[val.dtype], "dims": [1, -1], "dim_names": ["batch", "seq"]}
+    dims, names = _input_spec_dims(node, val.shape, symbols)
+    return {"name": node.name, "dtype": TORCH_TO_DTYPE[val.dtype], "dims": dims, "dim_names": names}
+
+
+def _input_spec_dims(node: torch.fx.Node, shape, symbols: Dict[str, str]):
+    dims, names = [], []
+    for d, e in enumerate(shape):
+        if isinstance(e, int):
+            dims.append(int(e))
+            names.append(f"d{d}")
+            continue
+        if not (isinstance(e, torch.SymInt) and e.node.expr.is_Symbol):
+            raise LoweringError(f"input '{node.name}' dim {d} is {e}, not a number or the dynamic dim itself")
+        symbols.setdefault(str(e), node.name)
+        if len(symbols) > 1:
+            raise LoweringError(f"input '{node.name}' dim {d} is {e}, another dynamic extent than "
+                                f"{next(iter(symbols))} of input '{next(iter(symbols.values()))}': gearbox supports "
+                                "one dynamic extent per program (its profiles bound it)")
+        dims.append(-1)
+        names.append(dim_name(e))
+    return dims, names
 
 
 def describe(program, max_context: int, metadata: Dict[str, str] | None = None) -> Tuple[dict, Dict[str, torch.Tensor]]:
@@ -32,34 +67,42 @@ def describe(program, max_context: int, metadata: Dict[str, str] | None = None) 
     state = ProgramState(program)
     nb = NetworkBuilder(state, max_context, metadata)
     user_outputs = set(program.graph_signature.user_outputs)
+    symbols: Dict[str, str] = {}
+    static_program = not any(isinstance(e, torch.SymInt) for n in program.graph_module.graph.nodes
+                             if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+                             for e in n.meta["val"].shape)
     for node in program.graph_module.graph.nodes:
         if node.op == "placeholder":
             if state.target(node) is not None:
                 continue  # weights are named by the nodes that read them; caches are state
-            val = node.meta.get("val")
-            if not isinstance(val, torch.Tensor) or val.dtype not in _TORCH_TO_DTYPE:
-                raise LoweringError(f"input '{node.name}' must be a tensor of {sorted(_TORCH_TO_DTYPE.values())}")
-            if val.dim() != 2 or val.shape[0] != 1:
-                raise LoweringError(f"input '{node.name}' is {list(val.shape)}; this gearbox binds [1, seq] inputs")
-            nb.desc["inputs"].append({"name": node.name, "dtype": _TORCH_TO_DTYPE[val.dtype], "dims": [1, -1],
-                                      "dim_names": ["batch", "seq"]})
+            nb.desc["inputs"].append(_input_spec(node, symbols, static_program))
             nb.names[node] = node.name
+            nb.dtypes[node.name] = node.meta["val"].dtype
         elif node.op == "call_function":
-            conv = converter_for(node)
+            if node.target is operator.getitem:
+                if node not in nb.names:
+                    raise LoweringError(f"node '{node.name}': a piece of '{node.args[0]}' gearbox does not compute")
+                continue
+            conv, reason = choose(node, state)
             if conv is None:
-                raise LoweringError(f"node '{node.name}': {node.target} has no gearbox converter")
-            reason = conv.validate(node, state)
-            if reason:
                 raise LoweringError(f"node '{node.name}' ({node.target}): {reason}")
             if conv.kind == IR:
                 conv.emit(node, nb)
             # ALIAS nodes read through to their IR tensor (NetworkBuilder.tensor); STATE
-            # nodes are the KV cache writes the attention op performs itself.
+            # nodes are the KV cache writes the attention op performs itself; SIZE nodes
+            # are shape queries the views read from their own shapes.
         elif node.op == "output":
             outs = node.args[0] if isinstance(node.args[0], (list, tuple)) else [node.args[0]]
+            inputs = {i["name"] for i in nb.desc["inputs"]}
             for o in outs:
                 if isinstance(o, torch.fx.Node) and o.name in user_outputs:
-                    nb.desc["outputs"].append(nb.tensor(o, "output"))
+                    name = nb.tensor(o, "output")
+                    if name in inputs or name in nb.desc["outputs"]:
+                        # An input handed back, or one tensor twice: a copy of its own.
+                        rank = len(o.meta["val"].shape)
+                        name = nb.emit("reshape", f"{o.name}.out", [name], nb.dtype_of(name),
+                                       attrs={"shape": [-(d + 2) for d in range(rank)]})
+                    nb.desc["outputs"].append(name)
         else:
             raise LoweringError(f"node '{node.name}': {node.op} nodes are not supported")
     if not nb.desc["outputs"]:

@@ -13,7 +13,8 @@ ExecuTorch partitions. The partitioner claims what the converter registry accept
 (gearbox.converters) in convex partitions, each one delegate (gearbox.capability), and
 prints what it delegated and why the rest was not; preprocess lowers each partition to
 gearbox's network description and builds the engine whose bytes become the delegate blob.
-The exported `Dim` must span the union of the profiles.
+The exported `Dim` must span the union of the profiles, and the program has at most one
+dynamic extent (every dynamic dim of its inputs is that one `Dim`): the profiles bound it.
 """
 
 from __future__ import annotations
@@ -137,6 +138,7 @@ class GearboxPartitioner(Partitioner):
 
     def partition(self, exported_program) -> PartitionResult:
         self._partitioned = True
+        check_profiles(exported_program, self.profiles, edge=True)
         plan = plan_partitions(exported_program, self.claim)
         tags: Dict[str, DelegationSpec] = {}
         for i, part in enumerate(plan.partitions):
@@ -167,6 +169,56 @@ class GearboxPartitioner(Partitioner):
                              f"{max(p.max for p in self.profiles)}")
         specs = [s for s in self.delegation_spec.compile_specs if s.key != ids.SPEC_BUILD_PREFIX + "max_context"]
         return specs + [CompileSpec(ids.SPEC_BUILD_PREFIX + "max_context", str(max_context).encode())]
+
+
+def _dim_label(sym) -> str:
+    """"Dim 'seq' (s27)" for the symbol torch.export made for Dim("seq")."""
+    from gearbox.fx_util import dim_name
+
+    name = dim_name(sym)
+    return f"Dim '{name}' ({sym})" if name != str(sym) else f"dynamic dim {sym}"
+
+
+def dynamic_dims(program) -> Dict[str, tuple]:
+    """The dynamic extents of a program's user inputs: symbol -> (label, min, max, where)."""
+    import torch
+
+    user = set(program.graph_signature.user_inputs)
+    found: Dict[str, tuple] = {}
+    for node in program.graph_module.graph.nodes:
+        if node.op != "placeholder" or node.name not in user:
+            continue
+        v = node.meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            continue
+        for d, e in enumerate(v.shape):
+            if isinstance(e, torch.SymInt) and str(e) not in found:
+                exprs = e.node.expr.free_symbols
+                for sym in exprs:
+                    r = program.range_constraints.get(sym)
+                    lo = int(r.lower) if r is not None and r.lower.is_finite else 0
+                    hi = int(r.upper) if r is not None and r.upper.is_finite else None
+                    found.setdefault(str(sym), (_dim_label(e) if e.node.expr == sym else f"dynamic dim {sym}", lo, hi,
+                                                f"input '{node.name}' dim {d}"))
+    return found
+
+
+def check_profiles(program, profiles: Sequence[Profile], edge: bool = False) -> None:
+    """Raises ValueError when the program has several dynamic extents, or a profile
+    reaches outside the range its dynamic extent was exported with. An edge program
+    reports a Dim of min 1 as min 2 (torch's 0/1 specialization): `edge` reads 2 as 1."""
+    dims = dynamic_dims(program)
+    if len(dims) > 1:
+        listed = "; ".join(f"{label} [{lo}, {hi}] at {where}" for label, lo, hi, where in dims.values())
+        raise ValueError(f"the program has {len(dims)} dynamic extents ({listed}); gearbox supports one dynamic "
+                         "extent per program (its profiles bound it): export the others as static")
+    for label, lo, hi, _ in dims.values():
+        lo = 1 if edge and lo == 2 else lo
+        for p in profiles:
+            if p.min < lo or (hi is not None and p.max > hi):
+                raise ValueError(f"profile '{p.name}' [{p.min}, {p.max}] reaches outside the exported {label} range "
+                                 f"[{lo}, {hi}]: export the Dim with min <= {p.min} and max >= {p.max}, or narrow "
+                                 "the profile")
 
 
 class IncompleteDelegationError(RuntimeError):
@@ -205,10 +257,21 @@ def to_edge_transform_and_lower(programs, partitioner, transform_passes=(), comp
     from executorch.exir import EdgeCompileConfig
     from executorch.exir import to_edge_transform_and_lower as et_lower
 
+    from executorch.exir.pass_base import ExportedProgramPassBase, ExportedProgramPassResult
+
+    from gearbox.capability import one_sym_size_per_user
     from gearbox.leftovers import decompose_leftovers
     from gearbox.patterns import GearboxRewritePass
 
-    manager = et_lower(programs, transform_passes=[GearboxRewritePass(), *transform_passes],
+    class OneSymSizePerUser(ExportedProgramPassBase):
+        def call(self, exported_program) -> ExportedProgramPassResult:
+            return ExportedProgramPassResult(exported_program, one_sym_size_per_user(exported_program.graph_module))
+
+    for program in (programs.values() if isinstance(programs, dict) else [programs]):
+        for p in (partitioner if isinstance(partitioner, (list, tuple)) else []):
+            if isinstance(p, GearboxPartitioner):
+                check_profiles(program, p.profiles)
+    manager = et_lower(programs, transform_passes=[GearboxRewritePass(), OneSymSizePerUser(), *transform_passes],
                        partitioner=partitioner,
                        compile_config=compile_config or EdgeCompileConfig(_check_ir_validity=False), **kwargs)
     for name in manager.methods:

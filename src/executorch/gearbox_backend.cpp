@@ -4,7 +4,8 @@
 //         process (every method and delegate instance naming the same engine shares it and
 //         its weight upload), and gives the handle an execution context (a Session): its
 //         own, or the one shared by handles with the same context key.
-// execute is Session::run, the execute path every gearbox front end shares: profile from
+// execute is Session::run, the execute path every gearbox front end shares (tensors of any
+//         rank and of the dtypes to_gearbox_dtype names, in and out): profile from
 //         the calling thread's guard (else the method's default request), validation,
 //         switch only on change, outputs resized in place, host outputs drained.
 // destroy drops the handle; the last user of a Session waits for its in-flight work.
@@ -204,9 +205,10 @@ Result<DataType> to_gearbox_dtype(ScalarType t) {
     case ScalarType::Int: return DataType::kI32;
     case ScalarType::BFloat16: return DataType::kBF16;
     case ScalarType::Half: return DataType::kF16;
+    case ScalarType::Bool: return DataType::kBool;
     default:
       return invalid_argument("tensor dtype " + std::string(::executorch::runtime::toString(t)) +
-                              " is not one gearbox binds (float, bfloat16, half, int, long)");
+                              " is not one gearbox binds (float, bfloat16, half, int, long, bool)");
   }
 }
 

@@ -211,8 +211,8 @@ class GenericInferer {
       return fail("perm has " + std::to_string(perm.size()) + " entries but x " + x.to_string() + " has rank " +
                   std::to_string(x.rank()));
     }
-    std::vector<int64_t> e;
-    for (int64_t p : perm) e.push_back(x[static_cast<int32_t>(p)]);
+    std::vector<int64_t> e(perm.size());
+    for (size_t i = 0; i < perm.size(); ++i) e[i] = x[static_cast<int32_t>(perm[i])];
     return set(make_dims(e));
   }
 
@@ -253,7 +253,7 @@ bool broadcast_dims(std::span<const Dims> shapes, Dims& out) {
   for (const Dims& s : shapes) {
     const int32_t offset = rank - s.rank();
     for (int32_t d = 0; d < s.rank(); ++d) {
-      int64_t& o = e[static_cast<size_t>(offset + d)];
+      int64_t& o = e[static_cast<size_t>(offset) + static_cast<size_t>(d)];
       if (s[d] == o || s[d] == 1) continue;
       if (o != 1) return false;
       o = s[d];
@@ -328,7 +328,7 @@ Result<Dims> resolve_shape_spec(std::span<const int64_t> spec, const Dims& x, bo
   if (expand) {
     for (int32_t d = 0; d < x.rank(); ++d) {
       const int64_t xe = x[d];
-      const int64_t oe = e[static_cast<size_t>(rank - x.rank() + d)];
+      const int64_t oe = e[static_cast<size_t>(rank - x.rank()) + static_cast<size_t>(d)];
       if (xe != 1 && xe != oe) {
         return invalid_argument(what + spec_string() + " gives " + make_dims(e).to_string() + ", which x " +
                                 x.to_string() + " does not expand to (dim " + std::to_string(d) + ")");

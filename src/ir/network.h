@@ -37,8 +37,9 @@
 //                 i32/i64 and kLogicalNot on bool. alpha/beta: kPowScalar x^alpha,
 //                 kAffine x*alpha + beta, kClamp min(max(x, alpha), beta) (+-inf allowed).
 //   kBinary       in: a, b (broadcast)  out: code: BinaryCode. Arithmetic: a, b, out of one
-//                 dtype (f32, i32, i64); integer div truncates toward zero and a zero
-//                 divisor is an error of the call. Comparisons: a, b of one dtype, out bool.
+//                 dtype (f32, i32, i64); integer arithmetic wraps, div truncates toward
+//                 zero (a zero divisor is an error of the call), pow by a negative
+//                 exponent is 1 / a^-e truncated. Comparisons: a, b of one dtype, out bool.
 //                 Logical: all bool.
 //   kWhere        in: cond (bool), a, b (three-way broadcast)  out: cond ? a : b.
 //   kReduce       in: x  out: code ReduceCode over the axes in `ints` (sorted, unique, in
@@ -50,7 +51,7 @@
 //                 (bool: true = attend; or f32: added) broadcastable to [..., Lq, Lk]
 //                 out: [..., Lq, Dv] = softmax(q k^T * scale + mask) v; batch dims of
 //                 q/k/v/mask broadcast. flags bit 0 causal: query i sees keys j <= i. A row
-//                 with every key excluded is 0.
+//                 with every key excluded (or masked to -inf) is 0.
 //   kLayerNorm    in: x [..., F]  w: none, [w], or [w, b] (has_bias = 1 with b)  out: like x;
 //                 (x - mean) * rsqrt(var + eps) * w + b over the last dim, biased variance.
 //   kPermute      in: x  out: dims[i] = x.dims[perm[i]], `ints` = perm.
@@ -62,7 +63,8 @@
 //   kConcat       in: x0..xn (one or more)  out: along `axis`; same dtype and rank, other
 //                 extents equal.
 //   kCast         in: x  out: x converted to out's dtype (f32 bf16 f16 i32 i64 bool).
-//                 Float -> int truncates toward zero, saturating; -> bool is x != 0.
+//                 Float -> int truncates toward zero, saturating (NaN -> 0); i64 -> i32
+//                 wraps; -> bool is x != 0; -> bf16 / f16 rounds to nearest even.
 //   kIndexSelect  in: x, index [n] (i32/i64)  out: x with dim `axis` of extent n, row j
 //                 being x's row index[j]; an index outside [-extent, extent) is an error
 //                 of the call (negative wraps).
