@@ -1,6 +1,9 @@
 // The ExecuTorch delegate end to end: .pte programs exported by tests/executorch/
-// make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS), run by ExecuTorch's Module
-// on the CPU device, against eager PyTorch's logits (reference.json).
+// make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS) from transformers'
+// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, run by
+// ExecuTorch's Module on the CPU device, against eager transformers' logits (reference.json).
+// The delegate holds the whole network; the integer bookkeeping that turns the positions
+// into the static cache's rows stays on ExecuTorch's portable kernels.
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/interface.h>
