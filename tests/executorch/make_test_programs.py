@@ -8,6 +8,9 @@ does (gearbox.export.DecoderLM: tokens [1, seq], positions [1, seq] -> last logi
   mini_pd.pte      methods prefill + decode sharing one engine and one context
   two_engines.pte  method forward with two models, one engine each: A lists [decode,
                    prefill], B lists [prefill, decode] (an index means different regimes)
+  llama.pte        transformers' LlamaForCausalLM (tiny, random) exported by its own
+                   TorchExportableModuleForDecoderOnlyLM(...).export(): input_ids [1, seq],
+                   cache_position [seq], logits of every position
   reference.json   eager logits of transformers' model for the scenarios the tests run
 
 usage: make_test_programs.py OUTDIR [--dtype f32|bf16]   (GEARBOX_CLI names the gearbox CLI)
@@ -19,6 +22,8 @@ import os
 import sys
 
 import torch
+import transformers
+from transformers.integrations.executorch import TorchExportableModuleForDecoderOnlyLM
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -29,6 +34,10 @@ MAX_CONTEXT = 64
 PROFILES = [Profile("decode", 1, 1, 1), Profile("prefill", 1, 16, 32)]
 PROMPT = [2, 651, 1974, 563, 1000]
 NEXT = [77, 1500]
+LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, max_position_embeddings=64)
+LLAMA_ROWS = 32  # its static cache
+LLAMA_STEPS = [([3, 17, 42, 9, 100, 5], 0), ([77], 6), ([12], 7)]  # a prompt, then decode
 
 
 def eager_logits(model, steps):
@@ -69,6 +78,30 @@ def rounded_mini(seed, dtype):
     return model
 
 
+def export_llama(out_dir, reference):
+    """llama.pte as a user exports transformers' model, and eager logits of LLAMA_STEPS."""
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
+    model.generation_config.cache_implementation = "static"
+    seq = torch.export.Dim("seq", min=1, max=LLAMA_ROWS)
+    ep = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=LLAMA_ROWS).export(
+        input_ids=torch.ones(1, 4, dtype=torch.long), cache_position=torch.arange(4),
+        dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}})
+    partitioner = GearboxPartitioner(PROFILES, default_profile="automatic")
+    program = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch()
+    report = partitioner.last_report
+    if report.left_compute or report.delegates != 1:
+        sys.exit(f"llama.pte: {report.delegated} of {report.compute} compute nodes in {report.delegates} "
+                 f"delegates:\n{report.text()}")
+    with open(os.path.join(out_dir, "llama.pte"), "wb") as f:
+        program.write_to_file(f)
+    eager = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=LLAMA_ROWS).model
+    reference["llama_steps"] = [{"ids": ids, "start": start} for ids, start in LLAMA_STEPS]
+    with torch.no_grad():
+        reference["llama"] = [eager(input_ids=torch.tensor([ids]), cache_position=torch.arange(start, start + len(ids)))
+                              .flatten().tolist() for ids, start in LLAMA_STEPS]
+
+
 def main():
     out_dir = sys.argv[1]
     dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[sys.argv[3] if len(sys.argv) > 3 else "f32"]
@@ -102,9 +135,10 @@ def main():
         program.write_to_file(f)
     reference["two_engines_a"] = eager_logits(a, [([NEXT[0]], 0)])[0]
     reference["two_engines_b"] = eager_logits(b, [([NEXT[0]], 0)])[0]
+    export_llama(out_dir, reference)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(reference, f)
-    print(f"wrote mini.pte, mini_pd.pte, two_engines.pte, reference.json to {out_dir}")
+    print(f"wrote mini.pte, mini_pd.pte, two_engines.pte, llama.pte, reference.json to {out_dir}")
 
 
 if __name__ == "__main__":
