@@ -105,20 +105,25 @@ def _(x, weight, bias=None):
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=torch.float32)
 
 
-def _rope_tables(positions: torch.Tensor, theta: float, scale: float, head_dim: int):
+def _rope_tables(positions: torch.Tensor, theta: float, scale: float, head_dim: int,
+                 inv_freq: Optional[torch.Tensor] = None):
     half = head_dim // 2
-    inv_freq = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2.0 / head_dim)
+    if inv_freq is None:
+        inv_freq = theta ** (-torch.arange(0, half, dtype=torch.float64) * 2.0 / head_dim)
+    inv_freq = inv_freq.double()
     angle = positions.double().unsqueeze(-1) * inv_freq.to(positions.device) * scale
     return torch.cos(angle).float(), torch.sin(angle).float()
 
 
 @torch.library.custom_op(f"{_LIB}::rope", mutates_args=())
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, scale: float, heads: int, head_dim: int) -> torch.Tensor:
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, scale: float, heads: int, head_dim: int,
+         inv_freq: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Rotate-half RoPE of x [B, T, heads*head_dim] at positions [B, T]:
-    inv_freq_i = theta^(-2i/head_dim), angle = position * inv_freq_i * scale."""
+    angle = position * inv_freq_i * scale, inv_freq_i from inv_freq [head_dim / 2] (f32;
+    Llama-3 scaling precomputes them) or theta^(-2i/head_dim)."""
     b, t, _ = x.shape
     xf = x.float().reshape(b, t, heads, head_dim)
-    cos, sin = _rope_tables(positions, theta, scale, head_dim)
+    cos, sin = _rope_tables(positions, theta, scale, head_dim, inv_freq)
     cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
     x1, x2 = xf[..., : head_dim // 2], xf[..., head_dim // 2 :]
     out = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
@@ -126,7 +131,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float, scale: float, h
 
 
 @rope.register_fake
-def _(x, positions, theta, scale, heads, head_dim):
+def _(x, positions, theta, scale, heads, head_dim, inv_freq=None):
     return torch.empty_like(x, dtype=torch.float32)
 
 

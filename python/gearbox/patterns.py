@@ -69,6 +69,7 @@ class Rewriter:
             ("gated_mlp", (MUL,), self.gated_mlp),
             ("rope", (ADD,), self.rope),
             ("attention", (SDPA,), self.attention),
+            ("logit_softcap", ("aten.tanh.default",), self.logit_softcap),
         ):
             for node in list(self.graph.nodes):
                 if node.graph is not self.graph or not is_op(node, *anchor_ops) or not node.users:
@@ -297,30 +298,73 @@ class Rewriter:
             raise Miss("cannot read RoPE frequencies from cos/sin")
         scale = float(inv[0])
         theta = float((inv[1] / inv[0]) ** (-d / 2))
-        inv_freq = self._inv_freq_buffer(cos, d)
-        if inv_freq is not None:  # exact f32 values: theta and scale without atan2's rounding
+        buffer = self._inv_freq_buffer(cos, d)
+        if buffer is not None:  # exact f32 values: theta and scale without atan2's rounding
+            node_f, inv_freq = buffer
             scale = float(inv_freq[0])
             theta = float((inv_freq[1] / inv_freq[0]) ** (-d / 2))
         if abs(theta - round(theta)) < 1e-4 * theta:
             theta = float(round(theta))
         if abs(scale - 1.0) < 1e-6:
             scale = 1.0
-        want = torch.arange(n, dtype=torch.float64).unsqueeze(1) * (theta ** (-torch.arange(0, d // 2) * 2.0 / d)) * scale
-        want = torch.cat([want, want], dim=1)
-        err = max((want.cos() - got_cos).abs().max().item(), (want.sin() - got_sin).abs().max().item())
+        positions_f = torch.arange(n, dtype=torch.float64).unsqueeze(1)
+        err = _table_error(positions_f * (theta ** (-torch.arange(0, d // 2) * 2.0 / d)) * scale, got_cos, got_sin)
+        args = (form.src, positions, theta, scale, form.heads, d)
+        if not err < ROPE_TOLERANCE and buffer is not None:
+            # Scaled frequencies (llama3, ...) are no theta^(-2i/d) * scale: the graph's own
+            # inv_freq buffer goes to gearbox as the op's frequency weight.
+            err = _table_error(positions_f * inv_freq, got_cos, got_sin)
+            if err < ROPE_TOLERANCE:
+                if tensor_val(node_f).dtype != torch.float32:
+                    raise Miss(f"the inv_freq buffer '{node_f.name}' is {tensor_val(node_f).dtype}; gearbox reads "
+                               "f32 frequencies")
+                if not (math.isfinite(theta) and theta > 0):
+                    theta = 10000.0  # unused with a frequency weight; the IR wants a valid base
+                args = (form.src, positions, theta, 1.0, form.heads, d, node_f)
         if not err < ROPE_TOLERANCE:
-            raise Miss(f"cos/sin differ from rotate-half RoPE with theta {theta:g}, scale {scale:g} by {err:.2g} "
-                       "(frequency scaling such as llama3 or yarn, or an attention scaling, has no gearbox op)")
+            raise Miss(f"cos/sin differ from rotate-half RoPE with theta {theta:g}, scale {scale:g}"
+                       + (" and from the graph's inv_freq buffer" if buffer is not None else "")
+                       + f" by {err:.2g} (frequency scaling not read from an inv_freq [head_dim / 2] buffer, or an "
+                       "attention scaling of cos/sin, has no gearbox op)")
         with self._insert_before(node):
-            out = add_node(self.graph, G.rope.default, (form.src, positions, theta, scale, form.heads, d), like=node)
+            out = add_node(self.graph, G.rope.default, args, like=node)
             return rebuild(self.graph, out, form, node)
 
-    def _inv_freq_buffer(self, table: Node, d: int) -> Optional[torch.Tensor]:
+    def _inv_freq_buffer(self, table: Node, d: int) -> Optional[Tuple[Node, torch.Tensor]]:
+        """The [d / 2] float constant (parameter or buffer the graph never writes) that the
+        cos/sin table is computed from, and its values."""
         for n in cone([table]):
-            v = self.state.value(n) if n.op == "placeholder" else None
+            v = self.state.value(n) if n.op == "placeholder" and self.state.is_param(n) else None
             if isinstance(v, torch.Tensor) and v.dtype.is_floating_point and tuple(v.shape) == (d // 2,):
-                return v.double()
+                return n, v.double()
         return None
+
+    # ---- final logit soft-capping ----------------------------------------------------------
+
+    def _scaled_by(self, node, divide: bool) -> Optional[Tuple[Node, float]]:
+        """(x, c) when node is x / c (divide) or x * c, c a constant."""
+        node = strip_identity(node)
+        if divide and is_op(node, "aten.div.Tensor", "aten.div.Scalar"):
+            c = _scalar_arg(self.state, node.args[1])
+            return (node.args[0], c) if c else None
+        if is_op(node, MUL, "aten.mul.Scalar"):
+            for x, c in (node.args, node.args[::-1]):
+                c = _scalar_arg(self.state, c)
+                if c and isinstance(x, Node):
+                    return x, (1.0 / c if divide else c)
+        return None
+
+    def logit_softcap(self, node: Node) -> Optional[Node]:
+        """tanh(x / c) * c (Gemma's final_logit_softcapping) is recognized and left on
+        ExecuTorch: gearbox's IR has no tanh, and the report says so."""
+        inner = self._scaled_by(node.args[0], divide=True)
+        if inner is None or len(node.users) != 1:
+            return None
+        outer = self._scaled_by(next(iter(node.users)), divide=False)
+        if outer is None or outer[0] is not node or abs(outer[1] - inner[1]) > 1e-6 * abs(inner[1]):
+            return None
+        raise Miss(f"logit soft-capping tanh(x / {inner[1]:g}) * {inner[1]:g} has no gearbox op (the IR has no "
+                   "tanh); it stays on ExecuTorch")
 
     # ---- attention over a static KV cache --------------------------------------------------
 
@@ -476,6 +520,13 @@ class Rewriter:
             if not torch.equal(allowed, want):
                 raise Miss("the mask is neither causal nor a causal sliding window over the cache positions")
         return window
+
+
+def _table_error(angles: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> float:
+    """Largest difference between rotate-half cos/sin tables of angles [n, d / 2] and the
+    graph's cos/sin [n, d]."""
+    want = torch.cat([angles, angles], dim=1)
+    return max((want.cos() - cos).abs().max().item(), (want.sin() - sin).abs().max().item())
 
 
 def _edge(key: str):

@@ -1,6 +1,9 @@
 // The ExecuTorch delegate end to end: .pte programs exported by tests/executorch/
-// make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS), run by ExecuTorch's Module
-// on the CPU device, against eager PyTorch's logits (reference.json).
+// make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS) from transformers'
+// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, run by
+// ExecuTorch's Module on the CPU device, against eager transformers' logits (reference.json).
+// The delegate holds the whole network; the integer bookkeeping that turns the positions
+// into the static cache's rows stays on ExecuTorch's portable kernels.
 #include <executorch/extension/module/module.h>
 #include <executorch/extension/tensor/tensor.h>
 #include <executorch/runtime/backend/interface.h>
@@ -55,12 +58,18 @@ struct Out {
   std::vector<ProfileRecord> records;
 };
 
-Out call(Module& m, const std::string& method, const std::vector<int64_t>& tokens, int64_t start) {
+// Runs `method` on tokens [1, n] at positions start.. : [1, n] as gearbox.export's programs
+// take them, or [n] (`cache_position`) as transformers' export wrapper's do.
+enum class Positions { kRow, kCachePosition };
+
+Out call(Module& m, const std::string& method, const std::vector<int64_t>& tokens, int64_t start,
+         Positions layout = Positions::kRow) {
   const auto n = static_cast<executorch::aten::SizesType>(tokens.size());
   std::vector<int64_t> pos(tokens.size());
   for (size_t i = 0; i < pos.size(); ++i) pos[i] = start + static_cast<int64_t>(i);
   auto t = executorch::extension::make_tensor_ptr({1, n}, std::vector<int64_t>(tokens));
-  auto p = executorch::extension::make_tensor_ptr({1, n}, std::move(pos));
+  auto p = layout == Positions::kRow ? executorch::extension::make_tensor_ptr({1, n}, std::move(pos))
+                                     : executorch::extension::make_tensor_ptr({n}, std::move(pos));
   (void)gearbox::executorch::take_profile_records();
   Out out;
   auto r = m.execute(method, {t, p});
@@ -263,6 +272,33 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
   for (auto& th : threads) th.join();
   EXPECT_EQ(failed.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
+}
+
+TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
+  // llama.pte: transformers' LlamaForCausalLM exported by its own export wrapper, inputs
+  // input_ids [1, n] and cache_position [n], logits of every position.
+  Module m(program("llama.pte"));
+  const auto& steps = reference()["llama_steps"];
+  ASSERT_EQ(steps.size(), 3u);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const auto tokens = steps[s]["ids"].get<std::vector<int64_t>>();
+    const auto start = steps[s]["start"].get<int64_t>();
+    const bool prefill = s == 0;
+    auto pin = prefill ? OptimizationProfileGuard::named("prefill") : OptimizationProfileGuard(0);
+    Out o = call(m, "forward", tokens, start, Positions::kCachePosition);
+    ASSERT_EQ(o.error, et::Error::Ok) << "step " << s;
+    ASSERT_EQ(o.records.size(), 1u) << "one delegate";
+    EXPECT_EQ(o.records[0].name, prefill ? "prefill" : "decode");
+    EXPECT_LT(max_rel_error(o.logits.at(0), logits("llama", s)), kTolerance) << "step " << s;
+  }
+  {
+    auto pick = OptimizationProfileGuard::automatic();
+    Out o = call(m, "forward", {5, 6}, 8, Positions::kCachePosition);
+    ASSERT_EQ(o.error, et::Error::Ok);
+    EXPECT_EQ(o.records.at(0).name, "prefill");
+  }
+  OptimizationProfileGuard pin(0);  // decode takes one token: rejected, nothing changes
+  EXPECT_NE(call(m, "forward", {5, 6}, 10, Positions::kCachePosition).error, et::Error::Ok);
 }
 
 TEST(Delegate, BlobHeaderIdentifiesEngines) {

@@ -132,12 +132,13 @@ class ExportCliTest(unittest.TestCase):
     def test_refuses_an_unsupported_architecture_by_name(self):
         with tempfile.TemporaryDirectory() as tmp:
             with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "vocab_size": 8}, f)
+                json.dump({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "vocab_size": 8}, f)
             out = subprocess.run([sys.executable, "-m", "gearbox.export", "-o", os.path.join(tmp, "m.pte"),
                                   "--weights", tmp], capture_output=True, text=True,
                                  env=dict(os.environ, PYTHONPATH=PYTHON_DIR))
+            self.assertFalse(os.path.exists(os.path.join(tmp, "m.pte")))
         self.assertEqual(out.returncode, 1, out.stderr)
-        self.assertIn("is a llama checkpoint (LlamaForCausalLM)", out.stderr)
+        self.assertIn("model_type 'gpt2' is not supported by gearbox.export; supported: gemma3,", out.stderr)
         self.assertNotIn("Traceback", out.stderr)
 
 

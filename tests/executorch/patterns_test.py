@@ -162,7 +162,7 @@ class Block(torch.nn.Module):
         self.o = torch.nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False)
         inv_freq = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM))
         if variant == "llama3_freq":
-            inv_freq[-2:] /= 8.0  # a frequency band scaled apart: not theta^(-2i/d) * scale
+            inv_freq = llama3_inv_freq()  # not theta^(-2i/d) * scale: read from the buffer
         self.register_buffer("inv_freq", inv_freq, persistent=False)
         self.register_buffer("k_cache", torch.zeros(1, KV_HEADS, ROWS, HEAD_DIM), persistent=False)
         self.register_buffer("v_cache", torch.zeros(1, KV_HEADS, ROWS, HEAD_DIM), persistent=False)
@@ -220,10 +220,96 @@ class AttentionTest(unittest.TestCase):
         self.assertEqual(gearbox_nodes(p, "attention"), [])
         self.assertTrue(any(m[0] == "attention" and "neither causal" in m[2] for m in r.misses), r.misses)
 
-    def test_near_miss_scaled_frequencies_are_not_rope(self):
+    def test_scaled_frequencies_read_the_inv_freq_buffer(self):
         p, r = self.lowered("llama3_freq")
-        self.assertEqual(gearbox_nodes(p, "rope"), [])
-        self.assertTrue(any(m[0] == "rope" and "frequency scaling" in m[2] for m in r.misses), r.misses)
+        self.assertEqual(r.done.get("rope"), 2, r.misses)
+        for rope in gearbox_nodes(p, "rope"):
+            self.assertEqual(rope.args[3], 1.0)
+            self.assertEqual(rope.args[6].name, gearbox_nodes(p, "rope")[0].args[6].name)  # the buffer, a weight
+        self.assertEqual(len(gearbox_nodes(p, "attention")), 1)
+
+
+def llama3_inv_freq():
+    """Llama-3 style: the low-frequency band divided by 8, a smooth band between."""
+    inv = 1.0 / (10000.0 ** (torch.arange(0, HEAD_DIM, 2, dtype=torch.float32) / HEAD_DIM))
+    inv[-2] /= 3.0
+    inv[-1] /= 8.0
+    return inv
+
+
+class Rope(torch.nn.Module):
+    """q projection then rotate-half RoPE, cos/sin from a frequency buffer and positions.
+    variant "inv_freq": the [head_dim / 2] inv_freq buffer; "full_layout": the frequencies
+    already duplicated in a [head_dim] buffer; "attention_scaled": cos/sin times 0.9."""
+
+    def __init__(self, variant):
+        super().__init__()
+        self.variant = variant
+        self.q = torch.nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
+        inv = llama3_inv_freq()
+        self.register_buffer("inv_freq", torch.cat((inv, inv)) if variant == "full_layout" else inv, persistent=False)
+
+    def forward(self, x, positions):
+        t = x.shape[1]
+        freqs = positions[..., None].float() * self.inv_freq
+        emb = freqs if self.variant == "full_layout" else torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos()[:, None], emb.sin()[:, None]
+        if self.variant == "attention_scaled":
+            cos, sin = cos * 0.9, sin * 0.9
+        q = self.q(x).view(1, t, HEADS, HEAD_DIM).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        return q.transpose(1, 2).reshape(1, t, HEADS * HEAD_DIM)
+
+
+class RopeScalingTest(unittest.TestCase):
+    def lowered(self, variant):
+        m = Rope(variant)
+        x, positions = torch.randn(1, 5, HIDDEN), torch.arange(3, 8).unsqueeze(0)
+        p = edge_program(m, x, positions)
+        return m, p, rewrite(p), (x, positions)
+
+    def test_llama3_frequencies_become_the_rope_weight(self):
+        m, p, r, args = self.lowered("inv_freq")
+        (rope,) = gearbox_nodes(p, "rope")
+        self.assertEqual(rope.args[3], 1.0)
+        weight = rope.args[6]
+        self.assertEqual(weight.op, "placeholder")
+        self.assertEqual(p.graph_signature.inputs_to_buffers[weight.name], "inv_freq")
+        with torch.no_grad():
+            torch.testing.assert_close(p.module()(*args), m(*args), rtol=1e-5, atol=1e-5)
+
+    def test_near_miss_frequencies_without_the_inv_freq_layout_are_not_rope(self):
+        for variant in ("full_layout", "attention_scaled"):
+            m, p, r, args = self.lowered(variant)
+            self.assertEqual(gearbox_nodes(p, "rope"), [], variant)
+            self.assertTrue(any(m[0] == "rope" and "frequency scaling" in m[2] for m in r.misses), r.misses)
+
+
+class SoftCap(torch.nn.Module):
+    """lm_head then tanh(x / c) * c (Gemma's final_logit_softcapping); `outer` != c is a
+    near miss."""
+
+    def __init__(self, cap=30.0, outer=None):
+        super().__init__()
+        self.cap, self.outer = cap, outer if outer is not None else cap
+        self.head = torch.nn.Linear(HIDDEN, 50, bias=False)
+
+    def forward(self, x):
+        return torch.tanh(self.head(x) / self.cap) * self.outer
+
+
+class LogitSoftCapTest(unittest.TestCase):
+    def test_soft_capping_stays_on_executorch_and_is_named(self):
+        p = edge_program(SoftCap(), torch.randn(1, 3, HIDDEN))
+        r = rewrite(p)
+        self.assertIn("aten.tanh.default", ops(p))
+        self.assertTrue(any(m[0] == "logit_softcap" and "tanh(x / 30) * 30 has no gearbox op" in m[2]
+                            for m in r.misses), r.misses)
+
+    def test_near_miss_other_outer_scale_is_not_soft_capping(self):
+        p = edge_program(SoftCap(outer=2.0), torch.randn(1, 3, HIDDEN))
+        r = rewrite(p)
+        self.assertFalse(any(m[0] == "logit_softcap" for m in r.misses), r.misses)
 
 
 if __name__ == "__main__":

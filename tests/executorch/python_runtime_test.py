@@ -3,9 +3,11 @@
 libgearbox_executorch loaded into the process ($GEARBOX_ET_LIB):
 
 1. mini.pte (from make_test_programs.py) against eager PyTorch (reference.json);
-2. a committed HF checkpoint (--parity DIR, e.g. tests/data/parity/window_4x) exported
-   with all-position logits: teacher-forced log-probs of the .pte against HF transformers'
-   (expected.json, fp32) within 1e-4, and the eager gearbox model against both.
+2. a committed HF checkpoint (--parity DIR, e.g. tests/data/parity/window_4x) loaded into
+   transformers' own class and exported with all-position logits, as
+   `python -m gearbox.export --weights DIR --all-logits` does: teacher-forced log-probs of
+   the .pte against those transformers recorded (expected.json, fp32) within 1e-4, and
+   transformers' eager model in this environment against them too.
 Prints "python runtime ok" on success.
 """
 import argparse
@@ -23,8 +25,7 @@ ctypes.CDLL(os.environ["GEARBOX_ET_LIB"], mode=ctypes.RTLD_GLOBAL)  # registers 
 from executorch.runtime import Runtime  # noqa: E402
 
 from gearbox import BACKEND_ID  # noqa: E402
-from gearbox.export import export_program  # noqa: E402
-from gearbox.gemma3 import Gemma3  # noqa: E402
+from gearbox.export import DecoderLM, export_program, load_model  # noqa: E402
 from gearbox.partitioner import Profile  # noqa: E402
 
 
@@ -59,15 +60,14 @@ def main():
 
     expected = json.load(open(os.path.join(args.parity, "expected.json")))
     ids = expected["prompt_ids"]
-    model = Gemma3.from_hf(args.parity, max_context=64, dtype=torch.float32, all_logits=True)
+    model = load_model(args.parity, dtype=torch.float32)
     with torch.no_grad():
-        eager = model(torch.tensor([ids]), torch.arange(len(ids)).unsqueeze(0))[0]
-    model.reset()
+        eager = DecoderLM(model, 64, all_logits=True)(torch.tensor([ids]), torch.arange(len(ids)).unsqueeze(0))[0]
     profiles = [Profile("decode", 1, 1, 1), Profile("prefill", 1, 32, 64)]
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "parity.pte")
         with open(path, "wb") as f:
-            export_program(model, profiles, ["forward"], device="cpu").write_to_file(f)
+            export_program(model, profiles, ["forward"], device="cpu", all_logits=True).write_to_file(f)
         pte = run(runtime.load_program(path).load_method("forward"), ids, 0)[0]
     want = torch.tensor(expected["token_logprobs"])
 
@@ -77,7 +77,7 @@ def main():
 
     err_pte = (logprobs(pte) - want).abs().max().item()
     err_eager = (logprobs(eager) - want).abs().max().item()
-    check(err_eager < 1e-4, f"eager gearbox model vs HF transformers: max |dlogp| {err_eager:.2g}")
+    check(err_eager < 1e-4, f"eager transformers here vs expected.json: max |dlogp| {err_eager:.2g}")
     check(err_pte < 1e-4, f".pte through ExecuTorch's Python runtime vs HF transformers: max |dlogp| {err_pte:.2g}")
     print("python runtime ok")
 

@@ -22,7 +22,7 @@ struct ModelShape {
   constexpr int64_t kv_width() const { return kv_heads * head_dim; }
 };
 
-/// The test model python/gearbox/gemma3.py writes ("mini").
+/// The mini Gemma-3 (gearbox.export.MINI_CONFIG, the delegate tests' model).
 inline constexpr ModelShape kMini = {"mini", 2048, 320, 640, 4, 1, 80, 0};
 /// Gemma-3-1B (bf16 weights in the product; the benchmark's shape).
 inline constexpr ModelShape kGemma3_1B = {"gemma-3-1b", 262144, 1152, 6912, 4, 1, 256, 512};
