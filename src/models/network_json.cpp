@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/check.h"
 #include "ir/network.h"
 #include "ir/shape_inference.h"
@@ -284,7 +285,9 @@ class Reader {
 }  // namespace
 
 Result<DescribedModel> read_network_description(const std::string& json_text, const SafetensorsCheckpoint& weights) {
-  const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const Json doc = parse_json_bounded(json_text, too_deep);
+  if (too_deep) return data_loss("network description: " + json_too_deep_message());
   if (doc.is_discarded()) return data_loss("network description: not valid JSON");
   return Reader(weights).read(doc);
 }
