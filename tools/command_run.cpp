@@ -1,6 +1,7 @@
 // gearbox run: the multi-profile scenario (pins, automatic, named, an invalid pin), or
 // single calls.
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -99,6 +100,12 @@ int run_run(const RunArgs& o, bool pinned) {
   if (!device.ok()) return fail("run", device.status(), 2);
   Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("run", runner.status());
+  if (o.seq > runner->engine().max_context()) {
+    return fail("run",
+                invalid_argument("--seq " + std::to_string(o.seq) + " exceeds the engine's context of " +
+                                 std::to_string(runner->engine().max_context())),
+                2);
+  }
   if (o.seq == 0) {
     if (pinned || o.automatic || !o.profile.empty()) {
       return fail("run", invalid_argument("--pin, --profile and --auto go with --seq"), 2);
@@ -134,11 +141,14 @@ Command add_run_command(CLI::App& gearbox) {
       "profile (sticky), a call with no guard (profile 0), a named pin, and an invalid pin that must be rejected. "
       "Prints each call's profile and latency; exits 0 only if every call behaved as expected.");
   app->add_option("FILE", o->file, "the engine file")->required();
-  add_int_option(*app, "--seq", o->seq, "instead, run one call of L tokens from position 0")->type_name("L");
+  add_int_option(*app, "--seq", o->seq, "instead, run one call of L tokens from position 0", 1,
+                 std::numeric_limits<int64_t>::max())
+      ->type_name("L");
   const CLI::Option* pin = add_int_option(*app, "--pin", o->pin, "... pinned to profile index N");
-  app->add_option("--profile", o->profile, "... pinned to the profile called NAME")->type_name("NAME");
+  add_name_option(*app, "--profile", o->profile, "... pinned to the profile called NAME");
   app->add_flag("--auto", o->automatic, "... with automatic selection (default: no guard, profile 0)");
-  add_int_option(*app, "--repeat", o->repeat, "... N times")->capture_default_str();
+  add_int_option(*app, "--repeat", o->repeat, "... N times", 1, std::numeric_limits<int64_t>::max())
+      ->capture_default_str();
   app->add_option("--device", o->device, "cpu, cuda or auto")->type_name("D")->capture_default_str();
   return {app, [o, pin] { return run_run(*o, pin->count() > 0); }};
 }
