@@ -326,9 +326,23 @@ Status check_metadata_keys(const EngineDesc& desc) {
   return Status::ok_status();
 }
 
+// Weights are floating point: every device reads f32, bf16 and f16 weights and no other
+// (integer tensors are inputs and intermediates, never weights).
+Status check_weight_dtypes(const EngineDesc& desc) {
+  for (size_t i = 0; i < desc.network.weights.size(); ++i) {
+    const ir::WeightInfo& w = desc.network.weights[i];
+    if (w.dtype != DataType::kF32 && w.dtype != DataType::kBF16 && w.dtype != DataType::kF16) {
+      return data_loss("weight " + str(i) + " " + quoted(w.name) + " has dtype " + data_type_name(w.dtype) +
+                       "; weights are f32, bf16 or f16");
+    }
+  }
+  return Status::ok_status();
+}
+
 Status check_desc(const EngineDesc& desc, uint64_t payload_bytes) {
   const Status network = ir::validate_network(desc.network, payload_bytes);
   if (!network.ok()) return data_loss(network.message());
+  GEARBOX_RETURN_IF_ERROR(check_weight_dtypes(desc));
   GEARBOX_RETURN_IF_ERROR(check_profiles(desc));
   GEARBOX_RETURN_IF_ERROR(check_tactic_tables(desc));
   return check_metadata_keys(desc);
