@@ -55,36 +55,40 @@ Status too_large(const std::string& path, InputKind kind, uint64_t bytes, bool a
 
 }  // namespace
 
-uint64_t max_input_bytes(InputKind kind) noexcept {
-  switch (kind) {
-    // Mapped, never copied: bounded by what a file system holds, not by memory.
-    case InputKind::kEngine: return uint64_t{1} << 40;
-    case InputKind::kSafetensors: return uint64_t{1} << 40;
-    case InputKind::kTacticCache: return 64 * kMiB;
-    case InputKind::kSafetensorsIndex: return 64 * kMiB;
-    case InputKind::kHfConfig: return 16 * kMiB;
-    // Stored whole as an engine metadata value, which holds at most 16 MiB (docs/FORMAT.md).
-    case InputKind::kTokenizerModel: return 16 * kMiB;
-    // Minified before it is stored; the minified text must fit 16 MiB.
-    case InputKind::kTokenizerJson: return 64 * kMiB;
-    case InputKind::kNetwork: return 64 * kMiB;
+namespace {
+
+struct KindInfo {
+  InputKind kind;
+  const char* name;
+  uint64_t max_bytes;
+};
+
+// Engines and safetensors files are mapped, never copied: bounded by what a file system
+// holds, not by memory. tokenizer.model is stored whole as an engine metadata value, which
+// holds at most 16 MiB (docs/FORMAT.md); tokenizer.json is minified before it is stored.
+constexpr KindInfo kKinds[] = {
+    {InputKind::kEngine, "engine", uint64_t{1} << 40},
+    {InputKind::kTacticCache, "tactic cache", 64 * kMiB},
+    {InputKind::kSafetensors, "safetensors", uint64_t{1} << 40},
+    {InputKind::kSafetensorsIndex, "safetensors index", 64 * kMiB},
+    {InputKind::kHfConfig, "config.json", 16 * kMiB},
+    {InputKind::kTokenizerModel, "tokenizer.model", 16 * kMiB},
+    {InputKind::kTokenizerJson, "tokenizer.json", 64 * kMiB},
+    {InputKind::kNetwork, "network description", 64 * kMiB},
+};
+
+const KindInfo& info(InputKind kind) noexcept {
+  for (const KindInfo& k : kKinds) {
+    if (k.kind == kind) return k;
   }
-  return 0;
+  return kKinds[0];
 }
 
-const char* input_kind_name(InputKind kind) noexcept {
-  switch (kind) {
-    case InputKind::kEngine: return "engine";
-    case InputKind::kTacticCache: return "tactic cache";
-    case InputKind::kSafetensors: return "safetensors";
-    case InputKind::kSafetensorsIndex: return "safetensors index";
-    case InputKind::kHfConfig: return "config.json";
-    case InputKind::kTokenizerModel: return "tokenizer.model";
-    case InputKind::kTokenizerJson: return "tokenizer.json";
-    case InputKind::kNetwork: return "network description";
-  }
-  return "input";
-}
+}  // namespace
+
+uint64_t max_input_bytes(InputKind kind) noexcept { return info(kind).max_bytes; }
+
+const char* input_kind_name(InputKind kind) noexcept { return info(kind).name; }
 
 Result<InputFile> InputFile::open(const std::string& path, InputKind kind) {
   // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a
