@@ -36,18 +36,6 @@ int64_t sample(const float* x, int64_t vocab, double temperature, int64_t top_k,
   return order[pick(rng)];
 }
 
-// NaN or infinite logits are an error of the call: sampling from them is meaningless
-// (and sorting NaN is undefined behaviour).
-Status check_finite_logits(const float* x, int64_t vocab, int64_t position) {
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (!std::isfinite(x[i])) {
-      return data_loss("the engine returned a non-finite logit (token " + std::to_string(i) + ") at position " +
-                       std::to_string(position) + "; its weights or inputs hold NaN or infinity");
-    }
-  }
-  return {};
-}
-
 Status check_ids(const std::vector<int64_t>& ids, int64_t vocab) {
   for (size_t i = 0; i < ids.size(); ++i) {
     if (ids[i] < 0 || ids[i] >= vocab) {

@@ -56,7 +56,8 @@ int scenario(Runner& r) {
   for (const Step& s : steps) {
     const int32_t before = r.session().active_profile();
     double ms = 0;
-    const Status st = r.call(s.ids, s.start, s.request, logits, &ms);
+    Status st = r.call(s.ids, s.start, s.request, logits, &ms);
+    if (st.ok()) st = check_finite_logits(logits, s.start + static_cast<int64_t>(s.ids.size()) - 1);
     const int32_t ran = r.session().active_profile();
     bool ok;
     if (s.expect_profile < 0) {
@@ -121,7 +122,8 @@ int run_run(const RunArgs& o, bool pinned) {
   Tensor logits;
   for (int64_t i = 0; i < o.repeat; ++i) {
     double ms = 0;
-    const Status s = runner->call(ids, 0, request, logits, &ms);
+    Status s = runner->call(ids, 0, request, logits, &ms);
+    if (s.ok()) s = check_finite_logits(logits, o.seq - 1);
     if (!s.ok()) return fail("run", s);
     std::printf("seq %lld  %s  ran profile %s  %.3f ms\n", static_cast<long long>(o.seq), request.to_string().c_str(),
                 runner->profile_label(runner->session().active_profile()).c_str(), ms);

@@ -21,7 +21,7 @@ import struct
 import subprocess
 import sys
 
-TIMEOUT_S = 60
+TIMEOUT_S = 120  # per command; sanitizer builds are slow
 CRASH_PATTERNS = ("internal check failed", "terminate called", "Aborted", "AddressSanitizer", "runtime error:",
                   "Segmentation fault", "std::bad_alloc")
 
@@ -592,7 +592,7 @@ def network_weights_nan(ctx):
 
 
 @case("non-finite", creates=("nan.gbx",))
-def nan_logits_generate_and_score(ctx):
+def nan_logits_generate_score_run(ctx):
     ckpt = ctx.copy_checkpoint()
     poke_tensor(os.path.join(ckpt, "model.safetensors"), "model.layers.1.mlp.up_proj.weight", float("nan"))
     engine = ctx.path("nan.gbx")
@@ -601,7 +601,9 @@ def nan_logits_generate_and_score(ctx):
             (["generate", engine, "--prompt-ids", "2,3", "--device", "cpu"], fail(), r"non-finite logit"),
             (["generate", engine, "--prompt-ids", "2,3", "--temperature", "0.7", "--device", "cpu"], fail(),
              r"non-finite logit"),
-            (["score", engine, "--prompt-ids", "2,3,4", "--device", "cpu"], fail(), r"non-finite logit")]
+            (["score", engine, "--prompt-ids", "2,3,4", "--device", "cpu"], fail(), r"non-finite logit"),
+            (["run", engine, "--seq", "3", "--auto", "--device", "cpu"], fail(), r"non-finite logit .* at position 2"),
+            (["run", engine, "--device", "cpu"], fail(), r"non-finite logit.*\n(.*\n)*FAILED")]
 
 
 # ---- the checks ----------------------------------------------------------------------------------
