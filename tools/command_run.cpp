@@ -1,5 +1,6 @@
 // gearbox run: the multi-profile scenario (pins, automatic, named, an invalid pin), or
 // single calls.
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <memory>
@@ -101,7 +102,10 @@ int run_run(const RunArgs& o, bool pinned) {
   if (!device.ok()) return fail("run", device.status(), 2);
   Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("run", runner.status());
-  if (o.seq > runner->engine().max_context()) {
+  // Made-up ids take 16 bytes per token before the engine checks the length against its
+  // profiles: refuse first what could never run and would take more than a few MiB (a
+  // shorter length gets the engine's message, which names the profile's bounds).
+  if (o.seq > std::max<int64_t>(runner->engine().max_context(), int64_t{1} << 20)) {
     return fail("run",
                 invalid_argument("--seq " + std::to_string(o.seq) + " exceeds the engine's context of " +
                                  std::to_string(runner->engine().max_context())),
