@@ -19,6 +19,7 @@
 #include "format/binary_io.h"
 #include "format/engine_file.h"
 #include "format/tactic_tables.h"
+#include "ir/shape_inference.h"
 #include "ir/validate.h"
 
 namespace gearbox::format {
@@ -339,11 +340,30 @@ Status check_weight_dtypes(const EngineDesc& desc) {
   return Status::ok_status();
 }
 
+// The runtime infers every tensor's shape at each profile's max dims, and sizes what it
+// allocates (RoPE tables, KV caches, the arena) from attributes those shapes tie together
+// (a RoPE node's heads * head_dim is its input's width): a profile whose shapes do not infer
+// is refused here, before a device allocates from its attributes.
+Status check_profile_shapes(const EngineDesc& desc) {
+  for (size_t p = 0; p < desc.profiles.size(); ++p) {
+    std::vector<Dims> input_max;
+    for (const InputProfileBounds& b : desc.profiles[p].bounds) input_max.push_back(b.max);
+    std::vector<Dims> dims;
+    const Status inferred = ir::infer_shapes(desc.network, input_max, dims);
+    if (!inferred.ok()) {
+      return data_loss("profile " + str(p) + " " + quoted(desc.profiles[p].name) +
+                       " at its max dims: " + inferred.message());
+    }
+  }
+  return Status::ok_status();
+}
+
 Status check_desc(const EngineDesc& desc, uint64_t payload_bytes) {
   const Status network = ir::validate_network(desc.network, payload_bytes);
   if (!network.ok()) return data_loss(network.message());
   GEARBOX_RETURN_IF_ERROR(check_weight_dtypes(desc));
   GEARBOX_RETURN_IF_ERROR(check_profiles(desc));
+  GEARBOX_RETURN_IF_ERROR(check_profile_shapes(desc));
   GEARBOX_RETURN_IF_ERROR(check_tactic_tables(desc));
   return check_metadata_keys(desc);
 }
