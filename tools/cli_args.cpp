@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdio>
+#include <limits>
 
 #include <CLI/CLI.hpp>
 
@@ -69,19 +70,35 @@ Result<SeqProfile> parse_seq_profile(std::string_view text) {
 }
 
 CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, const std::string& help) {
+  return add_int_option(app, name, value, help, std::numeric_limits<int64_t>::min(),
+                        std::numeric_limits<int64_t>::max());
+}
+
+CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, const std::string& help,
+                            int64_t min, int64_t max) {
   // CLI11 reads integers with strtoll in base 0 ("010" is 8) and does not report overflow,
   // so the value is checked here and handed on in canonical decimal.
   const CLI::Validator whole_number(
-      [](std::string& text) -> std::string {
+      [min, max](std::string& text) -> std::string {
         int64_t v = 0;
         const char* end = text.data() + text.size();
         const auto [ptr, ec] = std::from_chars(text.data(), end, v);
         if (text.empty() || ec != std::errc() || ptr != end) return not_a_whole_number(text);
+        if (v < min || v > max) {
+          return "'" + text + "' is outside [" + std::to_string(min) + ", " +
+                 (max == std::numeric_limits<int64_t>::max() ? std::string("...") : std::to_string(max)) + "]";
+        }
         text = std::to_string(v);
         return {};
       },
       "");
   return app.add_option(name, value, help)->transform(whole_number)->type_name("N");
+}
+
+CLI::Option* add_name_option(CLI::App& app, const std::string& name, std::string& value, const std::string& help) {
+  const CLI::Validator non_empty(
+      [](const std::string& text) -> std::string { return text.empty() ? "the name is empty" : std::string(); }, "");
+  return app.add_option(name, value, help)->check(non_empty)->type_name("NAME");
 }
 
 CLI::Option* add_number_option(CLI::App& app, const std::string& name, double& value, const std::string& help) {

@@ -39,6 +39,11 @@ Result<SeqProfile> parse_seq_profile(std::string_view text);
 
 /// Adds `name` (e.g. "--steps"), a whole number into `value`; the help shows it as N.
 CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, const std::string& help);
+/// The same, refusing a value outside [min, max] ("--seq: 0 is not in [1, ...]").
+CLI::Option* add_int_option(CLI::App& app, const std::string& name, int64_t& value, const std::string& help,
+                            int64_t min, int64_t max);
+/// Adds `name`, a non-empty string into `value` ("--profile ''" is refused).
+CLI::Option* add_name_option(CLI::App& app, const std::string& name, std::string& value, const std::string& help);
 /// Adds `name`, a number ("0.7", "1e-3") into `value`.
 CLI::Option* add_number_option(CLI::App& app, const std::string& name, double& value, const std::string& help);
 /// Adds `name`, whole numbers separated by commas ("1,128,1") into `values`. The help shows

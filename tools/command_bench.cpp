@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <span>
 
@@ -18,6 +17,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "core/check.h"
+#include "core/output_file.h"
 #include "devices/cuda/device_probe.h"
 #include "json_line.h"
 #include "runner.h"
@@ -86,6 +86,14 @@ int run_bench(const BenchArgs& o) {
   if (context < 1 || steps < 1 || rounds < 1 || round_decodes < 1) {
     return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
   }
+  // The outputs are checked before the benchmark runs, not after.
+  if (!o.json_path.empty() && o.json_path == o.svg_path) {
+    return fail("bench", invalid_argument("--json and --svg name the same file '" + o.json_path + "'"), 2);
+  }
+  for (const auto& [path, what] : {std::pair{&o.json_path, "benchmark JSON"}, std::pair{&o.svg_path, "chart"}}) {
+    if (path->empty()) continue;
+    if (Status s = check_output_path(*path, {file}, what); !s.ok()) return fail("bench", s, 2);
+  }
   Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("bench", device.status(), 2);
   // Device memory the engine and its session take, against what they are made of.
@@ -115,7 +123,10 @@ int run_bench(const BenchArgs& o) {
   const int32_t prefill = r.profile_index("prefill");
   if (prefill < 0) return fail("bench", invalid_argument("the engine has no profile named 'prefill'"), 2);
   const int64_t max_seq = r.engine().profiles().bounds[static_cast<size_t>(prefill)][0].max[1];
-  if (context + steps + round_decodes > r.engine().max_context() || context > max_seq) {
+  const int64_t max_context = r.engine().max_context();
+  // context + steps + round_decodes <= max_context, without overflowing.
+  if (context > max_seq || steps > max_context || round_decodes > max_context - steps ||
+      context > max_context - steps - round_decodes) {
     return fail("bench", invalid_argument("--context plus decode steps exceed the engine's context"), 2);
   }
   const double weight_gb = static_cast<double>(r.engine().weight_bytes()) / 1e9;
@@ -332,10 +343,9 @@ int run_bench(const BenchArgs& o) {
       rounds_panel.bars.push_back({"switching", round_ms[0]});
       rounds_panel.bars.push_back({"prefill profile only", round_ms[1]});
     }
-    std::ofstream out(o.svg_path);
-    out << bar_chart_svg("gearbox bench: " + file + " on " + device_kind_name(r.engine().device()),
-                         {decode_panel, prefill_panel, rounds_panel});
-    if (!out) return fail("bench", device_error("cannot write " + o.svg_path));
+    const std::string svg = bar_chart_svg("gearbox bench: " + file + " on " + device_kind_name(r.engine().device()),
+                                          {decode_panel, prefill_panel, rounds_panel});
+    if (Status s = write_output_file(o.svg_path, svg, "chart"); !s.ok()) return fail("bench", s);
     std::printf("wrote the chart to %s\n", o.svg_path.c_str());
   }
   json["memory_overhead_percent"] = json_number(memory_overhead);
@@ -347,9 +357,9 @@ int run_bench(const BenchArgs& o) {
   json["validated"] = problem.empty();
   json["checked_calls"] = checked_calls;
   if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    out << json_line(json) << "\n";
-    if (!out) return fail("bench", device_error("cannot write " + o.json_path));
+    if (Status s = write_output_file(o.json_path, json_line(json) + "\n", "benchmark JSON"); !s.ok()) {
+      return fail("bench", s);
+    }
   }
   if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
   std::printf("validated: %lld calls ran the profile they pinned, with finite logits where they came back\n",

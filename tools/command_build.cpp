@@ -3,8 +3,6 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <span>
@@ -14,6 +12,8 @@
 #include "builder/builder.h"
 #include "cli_args.h"
 #include "commands.h"
+#include "core/input_file.h"
+#include "core/output_file.h"
 #include "format/engine_file.h"
 #include "models/decoder.h"
 #include "models/hf_config.h"
@@ -50,9 +50,31 @@ InputProfileBounds input_bounds(const Dims& spec, const InputProfileBounds& seq)
   return {at(seq.min), at(seq.opt), at(seq.max)};
 }
 
+// The file at `path` when there is one (std::nullopt when there is none); any other
+// problem (a directory, a FIFO, too large, unreadable) is an error naming it.
+Result<std::optional<std::string>> read_optional_input(const std::string& path, InputKind kind) {
+  Result<std::string> text = read_input_file(path, kind);
+  if (text.ok()) return std::optional<std::string>(std::move(*text));
+  if (text.status().code() == StatusCode::kNotFound) return std::optional<std::string>();
+  return text.status();
+}
+
+// The first weight of `model` holding NaN or an infinity, as an error naming it.
+Status check_finite_weights(const models::BuiltModel& model, const std::string& source) {
+  for (const ir::WeightInfo& w : model.network.weights) {
+    const std::span<const uint8_t> bytes(model.payload.data() + w.offset, w.bytes);
+    if (const int64_t at = models::first_non_finite(bytes, w.dtype); at >= 0) {
+      return data_loss(source + ": weight '" + w.name + "' holds a non-finite value (NaN or infinity) at element " +
+                       std::to_string(at) + "; gearbox build --allow-non-finite builds it anyway");
+    }
+  }
+  return {};
+}
+
 struct BuildArgs {
   bool mini = false;
   bool all_logits = false;
+  bool allow_non_finite = false;
   std::string hf;
   std::string network;
   std::string weights;
@@ -65,7 +87,8 @@ struct BuildArgs {
 };
 
 // `fixed_by_network`: one of the flags a --network description fixes was given.
-int run_build(const BuildArgs& o, bool fixed_by_network) {
+// `max_seq_given`: --max-seq was on the command line (not its default).
+int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
   if (static_cast<int>(o.mini) + static_cast<int>(!o.hf.empty()) + static_cast<int>(!o.network.empty()) != 1) {
     return fail("build", invalid_argument("give exactly one of --mini, --hf DIR and --network FILE"), 2);
   }
@@ -82,6 +105,15 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
   if (o.max_seq < 1) return fail("build", invalid_argument("--max-seq must be >= 1"), 2);
   Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("build", device.status(), 2);
+  // Before any work: the output is writable and is none of the inputs.
+  std::vector<std::string> inputs = {o.network, o.weights};
+  if (!o.hf.empty()) {
+    for (const char* name : {"config.json", "generation_config.json", "model.safetensors",
+                             "model.safetensors.index.json", "tokenizer.model", "tokenizer.json"}) {
+      inputs.push_back(o.hf + "/" + name);
+    }
+  }
+  if (Status s = check_output_path(o.out, inputs, "engine"); !s.ok()) return fail("build", s, 2);
 
   std::vector<format::ProfileDesc> profiles;
   for (const SeqProfile& sp : o.profiles) {
@@ -94,9 +126,9 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
   std::string network_text;
   std::optional<models::DescribedModel> described;
   if (!o.network.empty()) {
-    std::ifstream in(o.network, std::ios::binary);
-    if (!in) return fail("build", not_found("cannot open the network description '" + o.network + "'"));
-    network_text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    Result<std::string> text = read_input_file(o.network, InputKind::kNetwork);
+    if (!text.ok()) return fail("build", text.status().with_context("the network description"));
+    network_text = std::move(*text);
     Result<models::SafetensorsCheckpoint> ckpt = models::SafetensorsCheckpoint::open(o.weights);
     if (!ckpt.ok()) return fail("build", ckpt.status());
     network_weights.emplace(std::move(*ckpt));
@@ -104,6 +136,26 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     if (!d.ok()) return fail("build", d.status().with_context(o.network));
     described.emplace(std::move(*d));
     max_seq = described->model.network.max_context;
+  }
+  // A checkpoint's config states how many positions the model was trained for: a larger
+  // context is refused when asked for, and the default is capped to it.
+  std::optional<models::HfDecoderConfig> hf_config;
+  if (!o.hf.empty()) {
+    Result<models::HfDecoderConfig> info = models::read_hf_config(o.hf);
+    if (!info.ok()) return fail("build", info.status());
+    hf_config.emplace(std::move(*info));
+    const int64_t positions = hf_config->max_position_embeddings;
+    if (positions > 0 && max_seq > positions) {
+      if (max_seq_given) {
+        return fail("build",
+                    invalid_argument("--max-seq " + std::to_string(max_seq) + " exceeds max_position_embeddings " +
+                                     std::to_string(positions) + " of " + o.hf + "/config.json"),
+                    2);
+      }
+      std::fprintf(stderr, "the context is %lld, max_position_embeddings of %s/config.json\n",
+                   static_cast<long long>(positions), o.hf.c_str());
+      max_seq = positions;
+    }
   }
   if (profiles.empty()) {
     const InputProfileBounds decode{Dims{1, 1}, Dims{1, 1}, Dims{1, 1}};
@@ -141,8 +193,7 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
                             {{"model.source", "mini"}, {"tokenizer.bos", "2"}, {"tokenizer.eos", "1,106"}});
     vocab = config.vocab;
   } else {
-    Result<models::HfDecoderConfig> info = models::read_hf_config(o.hf);
-    if (!info.ok()) return fail("build", info.status());
+    const models::HfDecoderConfig* info = &*hf_config;
     models::DecoderDescription description = info->description;
     description.max_context = max_seq;
     description.all_logits = o.all_logits;
@@ -156,6 +207,13 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     Result<std::string> prefix = models::detect_weight_prefix(*ckpt);
     if (!prefix.ok()) return fail("build", prefix.status());
     models::CheckpointWeights weights(*ckpt, *prefix);
+    weights.allow_non_finite(o.allow_non_finite);
+    if (Status s = models::check_description_against_checkpoint(description, weights, *ckpt); !s.ok()) {
+      return fail("build", s.with_context(o.hf));
+    }
+    // Every file of the checkpoint is open now (shards included): the output must be none
+    // of them.
+    if (Status s = check_output_path(o.out, {}, "engine"); !s.ok()) return fail("build", s, 2);
     std::fprintf(stderr, "reading %s (%s, %zu layers, hidden %lld, vocab %lld, %s)\n", o.hf.c_str(),
                  description.family.c_str(), description.layers.size(), static_cast<long long>(description.hidden),
                  static_cast<long long>(description.vocab), data_type_name(description.dtype));
@@ -165,17 +223,16 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
                                                      {"tokenizer.bos", std::to_string(info->bos_token_id)},
                                                      {"tokenizer.eos", join(info->eos_token_ids)}});
     vocab = description.vocab;
-    std::ifstream sp(o.hf + "/tokenizer.model", std::ios::binary);
-    if (sp) {
-      options.metadata.emplace_back("tokenizer.sentencepiece",
-                                    std::string(std::istreambuf_iterator<char>(sp), std::istreambuf_iterator<char>()));
-    }
+    Result<std::optional<std::string>> sp = read_optional_input(o.hf + "/tokenizer.model", InputKind::kTokenizerModel);
+    if (!sp.ok()) return fail("build", sp.status());
+    if (*sp) options.metadata.emplace_back("tokenizer.sentencepiece", std::move(**sp));
     // tokenizer.json too (checkpoints without tokenizer.model have only it), minified. One
     // gearbox cannot use is kept (generate then names what it lacks) but warned about.
-    std::ifstream hf_json(o.hf + "/tokenizer.json", std::ios::binary);
-    if (hf_json) {
-      Result<std::string> compact =
-          compact_hf_json(std::string(std::istreambuf_iterator<char>(hf_json), std::istreambuf_iterator<char>()));
+    Result<std::optional<std::string>> hf_json =
+        read_optional_input(o.hf + "/tokenizer.json", InputKind::kTokenizerJson);
+    if (!hf_json.ok()) return fail("build", hf_json.status());
+    if (*hf_json) {
+      Result<std::string> compact = compact_hf_json(**hf_json);
       if (!compact.ok()) {
         std::fprintf(stderr, "warning: %s/tokenizer.json is not stored in the engine: %s\n", o.hf.c_str(),
                      compact.status().message().c_str());
@@ -189,6 +246,9 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     }
   }
   if (!model.ok()) return fail("build", model.status());
+  if (!o.network.empty() && !o.allow_non_finite) {
+    if (Status s = check_finite_weights(*model, o.weights); !s.ok()) return fail("build", s);
+  }
   if (vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(vocab));
 
   // --profile bounds the dynamic extent of every input (tokens, positions, ...).
@@ -247,10 +307,12 @@ Command add_build_command(CLI::App& gearbox) {
       add_int_option(*app, "--seed", o->seed, "seed of the mini model's weights")->capture_default_str();
   const CLI::Option* all_logits =
       app->add_flag("--all-logits", o->all_logits, "output logits for every position, not just the last");
+  app->add_flag("--allow-non-finite", o->allow_non_finite,
+                "build even when a weight holds NaN or an infinity (by default an error naming the weight)");
   return {app, [o, dtype, max_seq, seed, all_logits] {
             const bool fixed_by_network =
                 max_seq->count() > 0 || dtype->count() > 0 || all_logits->count() > 0 || seed->count() > 0;
-            return run_build(*o, fixed_by_network);
+            return run_build(*o, fixed_by_network, max_seq->count() > 0);
           }};
 }
 

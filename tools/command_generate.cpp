@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -93,7 +94,7 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
     ids = o.prompt_ids;
   }
   if (Status s = check_ids(ids, runner->vocab()); !s.ok()) return fail("generate", s);
-  if (static_cast<int64_t>(ids.size()) + o.max_new > runner->engine().max_context()) {
+  if (o.max_new > runner->engine().max_context() - static_cast<int64_t>(ids.size())) {
     return fail("generate", invalid_argument("prompt (" + std::to_string(ids.size()) + ") + --max-new-tokens (" +
                                              std::to_string(o.max_new) + ") exceed the engine's context of " +
                                              std::to_string(runner->engine().max_context())));
@@ -116,8 +117,11 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
   }
   const int64_t vocab = logits.dims[logits.dims.rank() - 1];
   std::vector<int64_t> generated;
-  int64_t next =
-      sample(logits.data<float>() + (logits.dims.volume() - vocab), vocab, o.temperature, o.top_k, o.top_p, rng);
+  const float* last_row = logits.data<float>() + (logits.dims.volume() - vocab);
+  if (Status s = check_finite_logits(last_row, vocab, static_cast<int64_t>(ids.size()) - 1); !s.ok()) {
+    return fail("generate", s);
+  }
+  int64_t next = sample(last_row, vocab, o.temperature, o.top_k, o.top_p, rng);
   generated.push_back(next);
   // Each step's one row of logits lands in host memory the device writes by DMA.
   Result<HostMemory> step_memory = runner->engine().allocate_host(vocab * 4);
@@ -128,6 +132,9 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
     const int64_t pos = static_cast<int64_t>(ids.size() + generated.size()) - 1;
     if (Status s = runner->call({next}, pos, decode_request, step_logits, &ms); !s.ok()) return fail("generate", s);
     decode_ms += ms;
+    if (Status s = check_finite_logits(static_cast<const float*>(step_logits.data), vocab, pos); !s.ok()) {
+      return fail("generate", s);
+    }
     next = sample(static_cast<const float*>(step_logits.data), vocab, o.temperature, o.top_k, o.top_p, rng);
     generated.push_back(next);
   }
@@ -187,6 +194,9 @@ int run_score(const ScoreArgs& o, bool ids_given) {
     if (Status s = runner->call(call_ids, start, ProfileRequest::automatic(), logits); !s.ok()) {
       return fail("score", s);
     }
+    const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+    const float* row = logits.data<float>() + (logits.dims[1] - 1) * vocab;
+    if (Status s = check_finite_logits(row, vocab, static_cast<int64_t>(i)); !s.ok()) return fail("score", s);
     logprobs.push_back(log_prob(logits, logits.dims[1] - 1, ids[i + 1]));
   }
   if (o.json) {
@@ -215,7 +225,9 @@ Command add_generate_command(CLI::App& gearbox) {
   app->add_option("--prompt", o->prompt, "the prompt as text, tokenized with the engine's tokenizer")
       ->type_name("TEXT");
   const CLI::Option* ids = add_int_list_option(*app, "--prompt-ids", o->prompt_ids, "the prompt as token ids");
-  add_int_option(*app, "--max-new-tokens", o->max_new, "tokens to generate at most")->capture_default_str();
+  add_int_option(*app, "--max-new-tokens", o->max_new, "tokens to generate at most", 1,
+                 std::numeric_limits<int64_t>::max())
+      ->capture_default_str();
   add_number_option(*app, "--temperature", o->temperature, "sampling temperature; 0: greedy")
       ->type_name("T")
       ->capture_default_str();

@@ -1,6 +1,8 @@
 // gearbox run: the multi-profile scenario (pins, automatic, named, an invalid pin), or
 // single calls.
+#include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include <CLI/CLI.hpp>
@@ -55,7 +57,8 @@ int scenario(Runner& r) {
   for (const Step& s : steps) {
     const int32_t before = r.session().active_profile();
     double ms = 0;
-    const Status st = r.call(s.ids, s.start, s.request, logits, &ms);
+    Status st = r.call(s.ids, s.start, s.request, logits, &ms);
+    if (st.ok()) st = check_finite_logits(logits, s.start + static_cast<int64_t>(s.ids.size()) - 1);
     const int32_t ran = r.session().active_profile();
     bool ok;
     if (s.expect_profile < 0) {
@@ -99,6 +102,15 @@ int run_run(const RunArgs& o, bool pinned) {
   if (!device.ok()) return fail("run", device.status(), 2);
   Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("run", runner.status());
+  // Made-up ids take 16 bytes per token before the engine checks the length against its
+  // profiles: refuse first what could never run and would take more than a few MiB (a
+  // shorter length gets the engine's message, which names the profile's bounds).
+  if (o.seq > std::max<int64_t>(runner->engine().max_context(), int64_t{1} << 20)) {
+    return fail("run",
+                invalid_argument("--seq " + std::to_string(o.seq) + " exceeds the engine's context of " +
+                                 std::to_string(runner->engine().max_context())),
+                2);
+  }
   if (o.seq == 0) {
     if (pinned || o.automatic || !o.profile.empty()) {
       return fail("run", invalid_argument("--pin, --profile and --auto go with --seq"), 2);
@@ -114,7 +126,8 @@ int run_run(const RunArgs& o, bool pinned) {
   Tensor logits;
   for (int64_t i = 0; i < o.repeat; ++i) {
     double ms = 0;
-    const Status s = runner->call(ids, 0, request, logits, &ms);
+    Status s = runner->call(ids, 0, request, logits, &ms);
+    if (s.ok()) s = check_finite_logits(logits, o.seq - 1);
     if (!s.ok()) return fail("run", s);
     std::printf("seq %lld  %s  ran profile %s  %.3f ms\n", static_cast<long long>(o.seq), request.to_string().c_str(),
                 runner->profile_label(runner->session().active_profile()).c_str(), ms);
@@ -134,11 +147,14 @@ Command add_run_command(CLI::App& gearbox) {
       "profile (sticky), a call with no guard (profile 0), a named pin, and an invalid pin that must be rejected. "
       "Prints each call's profile and latency; exits 0 only if every call behaved as expected.");
   app->add_option("FILE", o->file, "the engine file")->required();
-  add_int_option(*app, "--seq", o->seq, "instead, run one call of L tokens from position 0")->type_name("L");
+  add_int_option(*app, "--seq", o->seq, "instead, run one call of L tokens from position 0", 1,
+                 std::numeric_limits<int64_t>::max())
+      ->type_name("L");
   const CLI::Option* pin = add_int_option(*app, "--pin", o->pin, "... pinned to profile index N");
-  app->add_option("--profile", o->profile, "... pinned to the profile called NAME")->type_name("NAME");
+  add_name_option(*app, "--profile", o->profile, "... pinned to the profile called NAME");
   app->add_flag("--auto", o->automatic, "... with automatic selection (default: no guard, profile 0)");
-  add_int_option(*app, "--repeat", o->repeat, "... N times")->capture_default_str();
+  add_int_option(*app, "--repeat", o->repeat, "... N times", 1, std::numeric_limits<int64_t>::max())
+      ->capture_default_str();
   app->add_option("--device", o->device, "cpu, cuda or auto")->type_name("D")->capture_default_str();
   return {app, [o, pin] { return run_run(*o, pin->count() > 0); }};
 }

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "cli_args.h"
+#include "core/check.h"
 #include "gearbox/binding_names.h"
 #include "gearbox/profile_guard.h"
 
@@ -91,6 +92,26 @@ int32_t Runner::profile_index(const std::string& name) const {
 
 std::string Runner::profile_label(int32_t profile) const {
   return std::to_string(profile) + " '" + engine_.profiles().names[static_cast<size_t>(profile)] + "'";
+}
+
+Status check_finite_logits(const float* x, int64_t vocab, int64_t position) {
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!std::isfinite(x[i])) {
+      return data_loss("the engine returned a non-finite logit (token " + std::to_string(i) + ") at position " +
+                       std::to_string(position) + "; its weights or inputs hold NaN or infinity");
+    }
+  }
+  return {};
+}
+
+Status check_finite_logits(const Tensor& logits, int64_t last_position) {
+  const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+  const int64_t rows = vocab > 0 ? logits.dims.volume() / vocab : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    GEARBOX_RETURN_IF_ERROR(
+        check_finite_logits(logits.data<float>() + r * vocab, vocab, last_position - (rows - 1) + r));
+  }
+  return {};
 }
 
 double log_prob(const Tensor& logits, int64_t row, int64_t id) {

@@ -51,6 +51,15 @@ class Runner {
   int64_t vocab_;
 };
 
+/// An error naming the first NaN or infinite value of one row of `vocab` logits at `x`
+/// (`position`: the token position the row is for): sampling or scoring from it means
+/// nothing, and sorting NaN is undefined behaviour.
+Status check_finite_logits(const float* x, int64_t vocab, int64_t position);
+
+/// The same for every row of `logits` ([1, T, V] or the last position's [1, 1, V]), the
+/// last row at position `last_position`.
+Status check_finite_logits(const Tensor& logits, int64_t last_position);
+
 /// log-softmax of row `row` of `logits` ([1, T, V]) at `id`.
 double log_prob(const Tensor& logits, int64_t row, int64_t id);
 

@@ -6,6 +6,7 @@
 #include <sentencepiece_processor.h>
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "tokenizer_json.h"
 
 namespace gearbox::cli {
@@ -62,7 +63,9 @@ Result<std::string> Tokenizer::decode(const std::vector<int64_t>& ids) const {
 
 Result<std::string> compact_hf_json(const std::string& json_text) {
   try {
-    const nlohmann::json root = nlohmann::json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+    bool too_deep = false;
+    const nlohmann::json root = parse_json_bounded(json_text, too_deep);
+    if (too_deep) return data_loss("tokenizer.json: " + json_too_deep_message());
     if (root.is_discarded()) return data_loss("tokenizer.json is not valid JSON");
     std::string compact = root.dump();
     if (compact.size() > kMaxMetadataValueBytes) {

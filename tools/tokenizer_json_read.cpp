@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/check.h"
 #include "models/json_describe.h"
 #include "tokenizer_json_internal.h"
@@ -452,7 +453,9 @@ Status read_added_tokens(const Json* list, HfTokenizer::Impl& t) {
 }  // namespace
 
 Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
-  const Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const Json root = parse_json_bounded(json_text, too_deep);
+  if (too_deep) return data_loss("tokenizer.json: " + json_too_deep_message());
   if (root.is_discarded()) return data_loss("tokenizer.json is not valid JSON");
   const Node top(root, "");
   GEARBOX_RETURN_IF_ERROR(top.expect_object({"version", "truncation", "padding", "added_tokens", "normalizer",

@@ -19,6 +19,7 @@
 #include "format/binary_io.h"
 #include "format/engine_file.h"
 #include "format/tactic_tables.h"
+#include "ir/shape_inference.h"
 #include "ir/validate.h"
 
 namespace gearbox::format {
@@ -342,10 +343,53 @@ Status check_metadata_keys(const EngineDesc& desc) {
   return Status::ok_status();
 }
 
+// Weights are floating point where an op computes with them: every device reads f32, bf16
+// and f16 weights there. i32, i64 and bool weights are bytes a `constant` node outputs as
+// they are, and no other node may read them.
+Status check_weight_dtypes(const EngineDesc& desc) {
+  const ir::Network& net = desc.network;
+  std::vector<bool> only_constants(net.weights.size(), true);
+  for (const ir::Node& node : net.nodes) {
+    if (node.kind == ir::OpKind::kConstant) continue;
+    for (const int32_t w : node.weights) {
+      if (w >= 0 && static_cast<size_t>(w) < only_constants.size()) only_constants[static_cast<size_t>(w)] = false;
+    }
+  }
+  for (size_t i = 0; i < net.weights.size(); ++i) {
+    const ir::WeightInfo& w = net.weights[i];
+    const bool is_float = w.dtype == DataType::kF32 || w.dtype == DataType::kBF16 || w.dtype == DataType::kF16;
+    if (!is_float && !only_constants[i]) {
+      return data_loss("weight " + str(i) + " " + quoted(w.name) + " has dtype " + data_type_name(w.dtype) +
+                       "; weights an op computes with are f32, bf16 or f16 (other dtypes only feed constant nodes)");
+    }
+  }
+  return Status::ok_status();
+}
+
+// The runtime infers every tensor's shape at each profile's max dims, and sizes what it
+// allocates (RoPE tables, KV caches, the arena) from attributes those shapes tie together
+// (a RoPE node's heads * head_dim is its input's width): a profile whose shapes do not infer
+// is refused here, before a device allocates from its attributes.
+Status check_profile_shapes(const EngineDesc& desc) {
+  for (size_t p = 0; p < desc.profiles.size(); ++p) {
+    std::vector<Dims> input_max;
+    for (const InputProfileBounds& b : desc.profiles[p].bounds) input_max.push_back(b.max);
+    std::vector<Dims> dims;
+    const Status inferred = ir::infer_shapes(desc.network, input_max, dims);
+    if (!inferred.ok()) {
+      return data_loss("profile " + str(p) + " " + quoted(desc.profiles[p].name) +
+                       " at its max dims: " + inferred.message());
+    }
+  }
+  return Status::ok_status();
+}
+
 Status check_desc(const EngineDesc& desc, uint64_t payload_bytes) {
   const Status network = ir::validate_network(desc.network, payload_bytes);
   if (!network.ok()) return data_loss(network.message());
+  GEARBOX_RETURN_IF_ERROR(check_weight_dtypes(desc));
   GEARBOX_RETURN_IF_ERROR(check_profiles(desc));
+  GEARBOX_RETURN_IF_ERROR(check_profile_shapes(desc));
   GEARBOX_RETURN_IF_ERROR(check_tactic_tables(desc));
   return check_metadata_keys(desc);
 }

@@ -1,21 +1,14 @@
 // serialize_engine and write_engine_file. The byte layout is docs/FORMAT.md; the reader
 // (engine_reader.cpp) decodes exactly what this encodes, and serialize_engine parses its
 // own output before returning it, so a file it writes always loads.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
 #include <cstdint>
-#include <cstdio>
-#include <filesystem>
 #include <string>
-#include <system_error>
 #include <vector>
 
 #include <xxhash.h>
 
 #include "core/check.h"
+#include "core/output_file.h"
 #include "format/binary_io.h"
 #include "format/engine_file.h"
 #include "format/tactic_tables.h"
@@ -171,21 +164,6 @@ ByteWriter encode_metadata(const EngineDesc& desc, uint32_t version) {
   return w;
 }
 
-std::string os_error(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-// Writes all of `bytes` to `fd`, retrying short writes and EINTR.
-bool write_all(int fd, std::span<const uint8_t> bytes) {
-  while (!bytes.empty()) {
-    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    bytes = bytes.subspan(static_cast<size_t>(n));
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<const uint8_t> payload) {
@@ -229,34 +207,7 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
 }
 
 Status write_file_atomically(const std::string& path, std::span<const uint8_t> bytes, const std::string& what) {
-  // A rename within one directory replaces the old file atomically: a reader sees the old
-  // file or the new one, never half of either.
-  // Unique per process and call, so concurrent writers of one path never share a temporary.
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) {
-      const std::string dir = std::filesystem::path(path).parent_path().string();
-      return not_found("cannot write the " + what + " '" + path + "': the directory '" + (dir.empty() ? "." : dir) +
-                       "' does not exist");
-    }
-    return device_error("cannot create '" + tmp + "' (to write the " + what + " '" + path + "'): " + os_error(err));
-  }
-  const bool written = write_all(fd, bytes);
-  const int write_err = errno;
-  if (::close(fd) != 0 || !written) {
-    const int err = written ? errno : write_err;
-    ::unlink(tmp.c_str());
-    return device_error("cannot write '" + tmp + "' (to write the " + what + " '" + path + "'): " + os_error(err));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return device_error("cannot rename '" + tmp + "' to '" + path + "': " + os_error(err));
-  }
-  return Status::ok_status();
+  return write_output_file(path, bytes, what);
 }
 
 Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload) {

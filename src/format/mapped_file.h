@@ -5,15 +5,17 @@
 #include <span>
 #include <string>
 
+#include "core/input_file.h"
 #include "gearbox/status.h"
 
 namespace gearbox::format {
 
 class MappedFile {
  public:
-  /// Maps `path`. Errors: kNotFound (no such file), kFailedPrecondition (not a regular
-  /// file, or unreadable), kDeviceError (mmap failed).
-  static Result<MappedFile> open(const std::string& path);
+  /// Maps `path`, opened as an input of `kind` (core/input_file.h: a regular file within
+  /// the kind's size bound). Errors: kNotFound (no such file), kFailedPrecondition (not a
+  /// regular file, or unreadable), kOutOfRange (too large), kDeviceError (mmap failed).
+  static Result<MappedFile> open(const std::string& path, InputKind kind = InputKind::kEngine);
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
   MappedFile(const MappedFile&) = delete;

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/check.h"
 #include "format/mapped_file.h"
 #include "models/json_describe.h"
@@ -537,7 +538,9 @@ Status read_tokens(const Fields& f, int64_t& bos, std::vector<int64_t>& eos) {
 const char* const kModelTypes = "gemma3, gemma3_text, llama, mistral, qwen2 and qwen3";
 
 Result<Json> parse_json(std::string_view json_text) {
-  Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  Json root = parse_json_bounded(json_text, too_deep);
+  if (too_deep) return data_loss("config: " + json_too_deep_message());
   if (root.is_discarded()) return data_loss("config is not valid JSON");
   if (!root.is_object()) return data_loss("config is not a JSON object");
   return root;
@@ -584,6 +587,12 @@ Result<HfDecoderConfig> parse_root(const Json& root) {
   d.family = family_name(family);
   int64_t layers = 0;
   GEARBOX_RETURN_IF_ERROR(read_sizes(f, family, d, layers));
+  // read_sizes checked it (a positive integer) when present.
+  if (const Json* positions = f.find("max_position_embeddings"); positions != nullptr) {
+    if (!read_int64(*positions, out.max_position_embeddings)) out.max_position_embeddings = -1;
+  } else if (f.use_defaults()) {
+    out.max_position_embeddings = gemma_defaults::kMaxPositionEmbeddings;
+  }
   GEARBOX_RETURN_IF_ERROR(check_unsupported(f, family));
   GEARBOX_RETURN_IF_ERROR(read_activation(f, family, d));
   GEARBOX_RETURN_IF_ERROR(read_biases(f, family, d));
@@ -629,7 +638,9 @@ Result<HfDecoderConfig> parse_root(const Json& root) {
 }
 
 Status merge_generation_config(std::string_view json_text, int64_t& bos, std::vector<int64_t>& eos_ids) {
-  const Json root = Json::parse(json_text.begin(), json_text.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const Json root = parse_json_bounded(json_text, too_deep);
+  if (too_deep) return data_loss(json_too_deep_message());
   if (root.is_discarded()) return data_loss("not valid JSON");
   if (!root.is_object()) return data_loss("not a JSON object");
   std::vector<int64_t> eos;
@@ -672,16 +683,19 @@ Result<HfDecoderConfig> parse_text(std::string_view json_text, bool gemma_only) 
 
 Result<HfDecoderConfig> read_dir(const std::string& checkpoint_dir, bool gemma_only) {
   const fs::path config_path = fs::path(checkpoint_dir) / "config.json";
-  Result<format::MappedFile> config_file = format::MappedFile::open(config_path.string());
+  Result<format::MappedFile> config_file = format::MappedFile::open(config_path.string(), InputKind::kHfConfig);
   if (!config_file.ok()) return config_file.status();
   Result<HfDecoderConfig> config = parse_text(as_text(config_file->bytes()), gemma_only);
   if (!config.ok()) return config.status().with_context(config_path.string());
 
   const fs::path generation_path = fs::path(checkpoint_dir) / "generation_config.json";
-  std::error_code ec;
-  if (fs::exists(generation_path, ec)) {
-    Result<format::MappedFile> generation_file = format::MappedFile::open(generation_path.string());
-    if (!generation_file.ok()) return generation_file.status();
+  // Optional: absent is fine, anything else that cannot be read (a directory, a FIFO, a
+  // symbolic link loop) is an error naming it.
+  Result<format::MappedFile> generation_file = format::MappedFile::open(generation_path.string(), InputKind::kHfConfig);
+  if (!generation_file.ok() && generation_file.status().code() != StatusCode::kNotFound) {
+    return generation_file.status();
+  }
+  if (generation_file.ok()) {
     GEARBOX_RETURN_IF_ERROR(
         merge_generation_config(as_text(generation_file->bytes()), config->bos_token_id, config->eos_token_ids)
             .with_context(generation_path.string()));

@@ -36,6 +36,8 @@ struct HfDecoderConfig {
   std::vector<int64_t> eos_token_ids;
   /// `dtype` / `torch_dtype` ("float32", "bfloat16", "float16"); f32 when absent.
   DataType checkpoint_dtype = DataType::kF32;
+  /// max_position_embeddings (the positions the model was trained for); -1 when absent.
+  int64_t max_position_embeddings = -1;
 };
 
 /// Parses config.json text. By model_type:

@@ -1,6 +1,8 @@
 #include "models/hf_weights.h"
 
+#include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/half.h"
 
@@ -92,6 +94,88 @@ Status CheckpointWeights::fill(const std::string& name, const Dims& dims, DataTy
   }
   // parse_safetensors checked bytes == volume * element size for the checkpoint's dtype.
   convert(t.bytes.data(), t.dtype, out.data(), dtype, static_cast<size_t>(volume));
+  if (!allow_non_finite_) {
+    if (const int64_t at = first_non_finite(out, dtype); at >= 0) {
+      const bool in_source = first_non_finite(t.bytes, t.dtype) >= 0;
+      return data_loss(t.file + ": tensor '" + source + "' holds a non-finite value (NaN or infinity) at element " +
+                       std::to_string(at) +
+                       (in_source ? "" : std::string(" once rounded to ") + data_type_name(dtype)) +
+                       "; gearbox build --allow-non-finite builds it anyway");
+    }
+  }
+  return {};
+}
+
+int64_t first_non_finite(std::span<const uint8_t> bytes, DataType dtype) {
+  if (!readable(dtype)) return -1;
+  const size_t size = data_type_size(dtype);
+  const size_t count = bytes.size() / size;
+  if (dtype == DataType::kF32) {
+    for (size_t i = 0; i < count; ++i) {
+      float v;
+      std::memcpy(&v, bytes.data() + i * size, sizeof v);
+      if (!std::isfinite(v)) return static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+  // bf16: all exponent bits set is 0x7f80; f16: 0x7c00 (NaN or infinity either way).
+  const uint16_t exponent = dtype == DataType::kBF16 ? 0x7f80 : 0x7c00;
+  for (size_t i = 0; i < count; ++i) {
+    uint16_t h;
+    std::memcpy(&h, bytes.data() + i * size, sizeof h);
+    if ((h & exponent) == exponent) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+namespace {
+
+// An expected tensor: its gearbox name, the config.json fields its sizes come from, and
+// the sizes (rows, columns; columns 0 for a vector).
+struct Expected {
+  std::string name;
+  std::string fields;
+  int64_t rows;
+  int64_t cols;
+};
+
+}  // namespace
+
+Status check_description_against_checkpoint(const DecoderDescription& d, const CheckpointWeights& weights,
+                                            const SafetensorsCheckpoint& checkpoint) {
+  int64_t qw = 0, kvw = 0;
+  if (__builtin_mul_overflow(d.heads, d.head_dim, &qw) || __builtin_mul_overflow(d.kv_heads, d.head_dim, &kvw)) {
+    return out_of_range("config.json: num_attention_heads / num_key_value_heads times head_dim overflows");
+  }
+  std::vector<Expected> expected = {{"model.embed_tokens.weight", "vocab_size, hidden_size", d.vocab, d.hidden}};
+  if (!d.tie_embeddings) expected.push_back({"lm_head.weight", "vocab_size, hidden_size", d.vocab, d.hidden});
+  for (size_t i = 0; i < d.layers.size(); ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    const std::string heads = "num_attention_heads * head_dim, hidden_size";
+    const std::string kv = "num_key_value_heads * head_dim, hidden_size";
+    expected.push_back({p + "self_attn.q_proj.weight", heads, qw, d.hidden});
+    expected.push_back({p + "self_attn.k_proj.weight", kv, kvw, d.hidden});
+    expected.push_back({p + "self_attn.v_proj.weight", kv, kvw, d.hidden});
+    expected.push_back({p + "self_attn.o_proj.weight", "hidden_size, num_attention_heads * head_dim", d.hidden, qw});
+    expected.push_back({p + "mlp.gate_proj.weight", "intermediate_size, hidden_size", d.intermediate, d.hidden});
+    expected.push_back({p + "mlp.up_proj.weight", "intermediate_size, hidden_size", d.intermediate, d.hidden});
+    expected.push_back({p + "mlp.down_proj.weight", "hidden_size, intermediate_size", d.hidden, d.intermediate});
+  }
+  for (const Expected& e : expected) {
+    int64_t volume = 0;
+    if (__builtin_mul_overflow(e.rows, e.cols, &volume) || volume > (int64_t{1} << 48)) {
+      return out_of_range("config.json: " + e.fields + " (" + std::to_string(e.rows) + " x " + std::to_string(e.cols) +
+                          ") make tensor '" + e.name + "' too large");
+    }
+    const std::string source = weights.checkpoint_name(e.name);
+    const SafetensorsTensor* t = checkpoint.find(source);
+    if (t == nullptr) return not_found("checkpoint has no tensor '" + source + "'");
+    const Dims want{e.rows, e.cols};
+    if (!(t->dims == want)) {
+      return data_loss("config.json: " + e.fields + " give tensor '" + source + "' the shape " + want.to_string() +
+                       ", but " + t->file + " holds it as " + t->dims.to_string());
+    }
+  }
   return {};
 }
 

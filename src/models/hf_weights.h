@@ -37,11 +37,31 @@ class CheckpointWeights final : public WeightSource {
   /// tensor '...'"); kDataLoss (the checkpoint's shape differs from `dims`: both named);
   /// kUnimplemented / kDataLoss (a dtype gearbox does not read); kInvalidArgument (a name
   /// outside gearbox's scheme, an unsupported `dtype`, `out` of the wrong size).
+  /// Also kDataLoss when a written element is NaN or infinite (in the checkpoint, or after
+  /// rounding to `dtype`), naming the tensor, unless allow_non_finite(true).
   Status fill(const std::string& name, const Dims& dims, DataType dtype, std::span<uint8_t> out) override;
+
+  /// Lets fill() write NaN and infinite values (`gearbox build --allow-non-finite`).
+  void allow_non_finite(bool allow) noexcept { allow_non_finite_ = allow; }
 
  private:
   const SafetensorsCheckpoint* checkpoint_;
   std::string prefix_;
+  bool allow_non_finite_ = false;
 };
+
+/// Checks, before build_decoder() allocates a byte, that the sizes `description` takes
+/// from config.json are those of the checkpoint's tensors: the embedding [vocab, hidden],
+/// every layer's attention and MLP projections, and lm_head unless tied, each present with
+/// exactly that shape, and no product of sizes overflowing. The weights build_decoder()
+/// then allocates are no larger than the checkpoint. Errors: kNotFound (a tensor is
+/// missing), kDataLoss (a shape differs: the config.json fields and the tensor are named),
+/// kOutOfRange (a product of sizes overflows).
+Status check_description_against_checkpoint(const DecoderDescription& description, const CheckpointWeights& weights,
+                                            const SafetensorsCheckpoint& checkpoint);
+
+/// The index of the first NaN or infinite element of `bytes` (`dtype` f32, bf16 or f16),
+/// or -1 when every element is finite.
+int64_t first_non_finite(std::span<const uint8_t> bytes, DataType dtype);
 
 }  // namespace gearbox::models

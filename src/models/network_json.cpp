@@ -1,12 +1,16 @@
 #include "models/network_json.h"
 
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
+#include <new>
 #include <set>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/check.h"
 #include "ir/network.h"
 #include "ir/shape_inference.h"
@@ -421,9 +425,18 @@ class Reader {
 }  // namespace
 
 Result<DescribedModel> read_network_description(const std::string& json_text, const SafetensorsCheckpoint& weights) {
-  const Json doc = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return data_loss("network description: not valid JSON");
-  return Reader(weights).read(doc);
+  // What the JSON library or an allocation may throw becomes a Status, as in every reader.
+  try {
+    bool too_deep = false;
+    const Json doc = parse_json_bounded(json_text, too_deep);
+    if (too_deep) return data_loss("network description: " + json_too_deep_message());
+    if (doc.is_discarded()) return data_loss("network description: not valid JSON");
+    return Reader(weights).read(doc);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("out of memory while reading the network description");
+  } catch (const std::exception& e) {
+    return data_loss(std::string("network description: ") + e.what());
+  }
 }
 
 }  // namespace gearbox::models

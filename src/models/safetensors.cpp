@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bounded_json.h"
 #include "core/check.h"
 
 namespace gearbox::models {
@@ -190,7 +191,9 @@ Result<std::vector<SafetensorsTensor>> parse_file(std::span<const uint8_t> file,
     }
     return true;
   };
-  const Json header = Json::parse(text, text + header_bytes, watch_keys, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const Json header = parse_json_bounded(std::string_view(text, header_bytes), too_deep, watch_keys);
+  if (too_deep) return data_loss(file_name + ": header: " + json_too_deep_message());
   if (header.is_discarded()) return data_loss(file_name + ": header is not valid JSON");
   if (!header.is_object()) return data_loss(file_name + ": header is not a JSON object");
   if (!duplicate.empty()) return data_loss(file_name + ": tensor '" + duplicate + "' appears twice in the header");
@@ -227,7 +230,9 @@ std::string index_maps(const std::string& index_file, const std::string& name, c
 }
 
 Result<std::map<std::string, std::string>> parse_index(std::string_view text, const std::string& file_name) {
-  const Json index = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  bool too_deep = false;
+  const Json index = parse_json_bounded(text, too_deep);
+  if (too_deep) return data_loss(file_name + ": " + json_too_deep_message());
   if (index.is_discarded()) return data_loss(file_name + " is not valid JSON");
   if (!index.is_object()) return data_loss(file_name + " is not a JSON object");
   const auto weight_map = index.find("weight_map");
@@ -257,7 +262,7 @@ struct Parts {
 
 // Maps and validates `path`, and adds its tensors (named `file_name` in messages).
 Status add_file(const fs::path& path, const std::string& file_name, Parts& parts) {
-  Result<format::MappedFile> mapped = format::MappedFile::open(path.string());
+  Result<format::MappedFile> mapped = format::MappedFile::open(path.string(), InputKind::kSafetensors);
   if (!mapped.ok()) return mapped.status();
   Result<std::vector<SafetensorsTensor>> tensors = parse_file(mapped->bytes(), file_name);
   if (!tensors.ok()) return tensors.status();
@@ -275,7 +280,7 @@ Status add_file(const fs::path& path, const std::string& file_name, Parts& parts
 
 Status add_shards(const fs::path& dir, Parts& parts) {
   const fs::path index_path = dir / kIndexFile;
-  Result<format::MappedFile> index_file = format::MappedFile::open(index_path.string());
+  Result<format::MappedFile> index_file = format::MappedFile::open(index_path.string(), InputKind::kSafetensorsIndex);
   if (!index_file.ok()) return index_file.status();
   const std::span<const uint8_t> bytes = index_file->bytes();
   Result<std::map<std::string, std::string>> index =
@@ -304,14 +309,29 @@ Status add_shards(const fs::path& dir, Parts& parts) {
   return {};
 }
 
-Status open_parts(const std::string& path, Parts& parts) {
+// The status of `p`; kNotFound when there is nothing there, another error (a symbolic link
+// loop, a permission) named as it is rather than as a missing file.
+Result<fs::file_status> status_of(const fs::path& p) {
   std::error_code ec;
-  const fs::path p(path);
   const fs::file_status status = fs::status(p, ec);
-  if (ec || !fs::exists(status)) return not_found("no such file or directory: " + path);
-  if (!fs::is_directory(status)) return add_file(p, p.filename().string(), parts);
-  if (fs::exists(p / kSingleFile, ec)) return add_file(p / kSingleFile, kSingleFile, parts);
-  if (fs::exists(p / kIndexFile, ec)) return add_shards(p, parts);
+  if (ec == std::errc::no_such_file_or_directory || (!ec && !fs::exists(status))) {
+    return not_found("no such file or directory: " + p.string());
+  }
+  if (ec) return failed_precondition("cannot open " + p.string() + ": " + ec.message());
+  return status;
+}
+
+Status open_parts(const std::string& path, Parts& parts) {
+  const fs::path p(path);
+  Result<fs::file_status> status = status_of(p);
+  if (!status.ok()) return status.status();
+  if (!fs::is_directory(*status)) return add_file(p, p.filename().string(), parts);
+  for (const char* name : {kSingleFile, kIndexFile}) {
+    Result<fs::file_status> entry = status_of(p / name);
+    if (entry.ok())
+      return std::string_view(name) == kSingleFile ? add_file(p / name, name, parts) : add_shards(p, parts);
+    if (entry.status().code() != StatusCode::kNotFound) return entry.status();
+  }
   return not_found(path + " holds neither " + kSingleFile + " nor " + kIndexFile);
 }
 

@@ -18,6 +18,21 @@ BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, st
   return BindingInfo{t.name, t.dtype, dims, std::move(dim_names)};
 }
 
+// A file is input: every tactic it names (in the engine or in a tactic cache) must be one
+// the device runs for every shape of its profile, up to the profile's max dims.
+Status check_tactics(const ir::Network& net, std::span<const Dims> max_dims, std::span<const uint32_t> tactics,
+                     const DeviceBackend& device, const std::string& profile, const std::string& source) {
+  for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
+    const ir::Node& node = net.nodes[n];
+    if (!device.tactic_valid(net, node, tactics[n], max_dims)) {
+      return data_loss("profile " + profile + ", node " + node.name + ": tactic " + std::to_string(tactics[n]) + " ('" +
+                       device.tactic_name(node, tactics[n]) + "') cannot run the node for every shape of " +
+                       "the profile on this " + device_kind_name(device.kind()) + " device; " + source);
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, const EngineOptions& options) {
@@ -124,6 +139,13 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     for (const InputProfileBounds& b : core->desc_.profiles[static_cast<size_t>(p)].bounds) input_max.push_back(b.max);
     std::vector<Dims> dims;
     GEARBOX_RETURN_IF_ERROR(ir::infer_shapes(net, input_max, dims));
+    const bool cached = core->tactics_ == &core->tuned_here_ && !core->tuned_at_load_;
+    GEARBOX_RETURN_IF_ERROR(
+        check_tactics(net, dims, core->tactics(p), *core->device_,
+                      std::to_string(p) + " '" + core->profiles_.names[static_cast<size_t>(p)] + "'",
+                      cached ? "the tactic cache " + options.tactic_cache.value_or("") +
+                                   " is damaged: delete it (the next load tunes again)"
+                             : std::string("the engine is damaged: rebuild it")));
     core->plans_.push_back(plan_memory(net, dims, core->tactics(p), *core->device_));
     core->arena_bytes_ = std::max(core->arena_bytes_, core->plans_.back().arena_bytes);
     for (size_t b = 0; b < core->binding_max_bytes_.size(); ++b) {

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -712,6 +713,7 @@ TEST_F(HfCheckpoint, Bf16ToF32IsExact) {
   Result<SafetensorsCheckpoint> ckpt = write_and_open(dir_, {{"model.norm.weight", "BF16", {8}, u16_bytes(bf16)}});
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   CheckpointWeights weights(*ckpt, "model.");
+  weights.allow_non_finite(true);  // infinities among the patterns
   Status s;
   const std::vector<float> got = fill_as<float>(weights, "model.norm.weight", Dims{8}, DataType::kF32, &s);
   ASSERT_TRUE(s.ok()) << s.to_string();
@@ -739,12 +741,35 @@ TEST_F(HfCheckpoint, F32ToBf16RoundsToNearestEven) {
   Result<SafetensorsCheckpoint> ckpt = write_and_open(dir_, {{"model.w", "F32", {2, 4}, f32_bytes(values)}});
   ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
   CheckpointWeights weights(*ckpt, "model.");
+  weights.allow_non_finite(true);  // an overflow to infinity and a NaN among the patterns
   Status s;
   const std::vector<uint16_t> got = fill_as<uint16_t>(weights, "model.w", Dims{2, 4}, DataType::kBF16, &s);
   ASSERT_TRUE(s.ok()) << s.to_string();
   for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << i;
   EXPECT_EQ(got[7] & 0x7f80, 0x7f80);
   EXPECT_NE(got[7] & 0x007f, 0);
+}
+
+TEST_F(HfCheckpoint, NonFiniteWeightsAreAnErrorNamingTheTensor) {
+  const std::vector<float> nan_at_2 = {1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN(), 4.0f};
+  const std::vector<float> big = {1.0f, 1e10f, 3.0f, 4.0f};  // finite in f32, infinite in f16
+  Result<SafetensorsCheckpoint> ckpt =
+      write_and_open(dir_, {{"model.a", "F32", {4}, f32_bytes(nan_at_2)}, {"model.b", "F32", {4}, f32_bytes(big)}});
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status().to_string();
+  CheckpointWeights weights(*ckpt, "model.");
+  Status s;
+  (void)fill_as<float>(weights, "model.a", Dims{4}, DataType::kF32, &s);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("tensor 'model.a' holds a non-finite value (NaN or infinity) at element 2"),
+            std::string::npos)
+      << s.message();
+  (void)fill_as<uint16_t>(weights, "model.b", Dims{4}, DataType::kF16, &s);
+  EXPECT_NE(s.message().find("at element 1 once rounded to f16"), std::string::npos) << s.message();
+  (void)fill_as<float>(weights, "model.b", Dims{4}, DataType::kF32, &s);
+  EXPECT_TRUE(s.ok()) << s.to_string();
+  weights.allow_non_finite(true);
+  (void)fill_as<float>(weights, "model.a", Dims{4}, DataType::kF32, &s);
+  EXPECT_TRUE(s.ok()) << s.to_string();
 }
 
 TEST_F(HfCheckpoint, F16AndSameDtypeConversions) {
