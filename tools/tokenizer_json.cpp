@@ -63,4 +63,6 @@ int64_t HfTokenizer::token_to_id(std::string_view token) const {
 
 int64_t HfTokenizer::vocab_size() const { return impl_->vocab_size; }
 
+int64_t HfTokenizer::bos_id() const { return impl_->bos_id; }
+
 }  // namespace gearbox::cli

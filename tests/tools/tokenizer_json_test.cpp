@@ -58,15 +58,19 @@ struct Variant {
   Json decode;  // [{"ids", "text"}]
 };
 
+// cases.json (the SentencePiece-style layouts) and bytelevel_cases.json (Llama 3, Qwen2, GPT-2;
+// python/tools/make_bytelevel_tokenizer_fixture.py).
 std::vector<Variant> load_variants() {
-  const Json cases = Json::parse(read_file(kTokenizerData + "/cases.json"), nullptr, /*allow_exceptions=*/false);
   std::vector<Variant> out;
-  if (cases.is_discarded() || !cases.contains("variants")) {
-    out.push_back({"missing_cases_json", "", Json::array(), Json::array()});  // fails below, visibly
-    return out;
-  }
-  for (const Json& v : cases["variants"]) {
-    out.push_back({v["name"].get<std::string>(), v["file"].get<std::string>(), v["encode"], v["decode"]});
+  for (const char* file : {"cases.json", "bytelevel_cases.json"}) {
+    const Json cases = Json::parse(read_file(kTokenizerData + "/" + file), nullptr, /*allow_exceptions=*/false);
+    if (cases.is_discarded() || !cases.contains("variants")) {
+      out.push_back({"missing_cases_json", "", Json::array(), Json::array()});  // fails below, visibly
+      continue;
+    }
+    for (const Json& v : cases["variants"]) {
+      out.push_back({v["name"].get<std::string>(), v["file"].get<std::string>(), v["encode"], v["decode"]});
+    }
   }
   return out;
 }
@@ -161,6 +165,17 @@ TEST(TokenizerJson, SpecialTokensAreMatchedLiterallyAndSkippedInDecode) {
   EXPECT_EQ(t.vocab_size(), 399);
 }
 
+// The token the post_processor's template puts first: Gemma's <bos>, Llama 3's
+// <|begin_of_text|> (inside a Sequence after ByteLevel), none for Qwen2 (ByteLevel only).
+TEST(TokenizerJson, BosIdComesFromThePostProcessorTemplate) {
+  EXPECT_EQ(load(gemma3_text()).bos_id(), 2);
+  const HfTokenizer llama3 = load(read_file(kTokenizerData + "/llama3.json"));
+  EXPECT_EQ(llama3.bos_id(), llama3.token_to_id("<|begin_of_text|>"));
+  EXPECT_GT(llama3.bos_id(), 255);
+  EXPECT_EQ(load(read_file(kTokenizerData + "/qwen2.json")).bos_id(), -1);
+  EXPECT_EQ(load(read_file(kTokenizerData + "/gemma3_plain.json")).bos_id(), -1);
+}
+
 TEST(TokenizerJson, RejectsTextThatIsNotUtf8) {
   const HfTokenizer t = load(gemma3_text());
   for (const std::string bad : {"\xff", "ok \xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"}) {
@@ -238,18 +253,33 @@ const ErrorCase kErrorCases[] = {
                                 j["normalizer"]["pattern"] = {{"Regex", "\\s+"}};
                               }); },
      StatusCode::kUnimplemented, "normalizer.pattern.Regex (a regular expression) is not supported"},
-    {"pre_tokenizer_byte_level",
+    {"pre_tokenizer_whitespace", [] { return edited([](Json& j) {
+                                        j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                                      }); },
+     StatusCode::kUnimplemented, "pre_tokenizer.type 'Whitespace' is not supported"},
+    {"pre_tokenizer_byte_level_unknown_field",
+     [] {
+       return edited([](Json& j) {
+         j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"frobnicate", 1}};
+       });
+     },
+     StatusCode::kUnimplemented, "pre_tokenizer.frobnicate is not supported"},
+    {"pre_tokenizer_split_bad_regex",
      [] { return edited([](Json& j) {
-            j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "(\\p{L}"}};
           }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.type 'ByteLevel' is not supported"},
-    {"pre_tokenizer_split_invert", [] { return edited([](Json& j) { j["pre_tokenizer"]["invert"] = true; }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.invert true is not supported"},
-    {"pre_tokenizer_split_regex",
+     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex is not a regular expression gearbox can compile"},
+    // \w, \h, \b... mean other things in Oniguruma (the library's engine) than in PCRE2.
+    {"pre_tokenizer_split_regex_word",
      [] { return edited([](Json& j) {
-            j["pre_tokenizer"]["pattern"] = {{"Regex", " "}};
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "\\w+|\\s+"}};
           }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex"},
+     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex uses \\w"},
+    {"pre_tokenizer_split_regex_nested_class",
+     [] { return edited([](Json& j) {
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "[a-z&&[^c]]"}};
+          }); },
+     StatusCode::kUnimplemented, "nests a character class"},
     {"metaspace_bad_scheme",
      [] {
        return edited([](Json& j) {
@@ -262,10 +292,10 @@ const ErrorCase kErrorCases[] = {
             j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "__"}};
           }); },
      StatusCode::kDataLoss, "pre_tokenizer.replacement must be one character"},
-    {"decoder_byte_level", [] { return edited([](Json& j) {
-                                  j["decoder"] = {{"type", "ByteLevel"}};
-                                }); },
-     StatusCode::kUnimplemented, "decoder.type 'ByteLevel' is not supported"},
+    {"decoder_wordpiece", [] { return edited([](Json& j) {
+                                 j["decoder"] = {{"type", "WordPiece"}};
+                               }); },
+     StatusCode::kUnimplemented, "decoder.type 'WordPiece' is not supported"},
     {"decoder_in_sequence", [] { return edited([](Json& j) {
                                    j["decoder"]["decoders"][2] = {{"type", "CTC"}};
                                  }); },
@@ -275,6 +305,17 @@ const ErrorCase kErrorCases[] = {
             j["post_processor"] = {{"type", "RobertaProcessing"}};
           }); },
      StatusCode::kUnimplemented, "post_processor.type 'RobertaProcessing' is not supported"},
+    {"post_processor_in_sequence",
+     [] {
+       return edited([](Json& j) {
+         j["post_processor"] = {{"type", "Sequence"},
+                                {"processors", {{{"type", "ByteLevel"}}, {{"type", "BertProcessing"}}}}};
+       });
+     },
+     StatusCode::kUnimplemented, "post_processor.processors[1].type 'BertProcessing' is not supported"},
+    {"post_processor_undefined_token",
+     [] { return edited([](Json& j) { j["post_processor"]["special_tokens"] = Json::object(); }); },
+     StatusCode::kDataLoss, "post_processor.special_tokens[\"<bos>\"] is missing"},
     {"post_processor_eos",
      [] {
        return edited([](Json& j) {
