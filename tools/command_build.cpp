@@ -148,21 +148,12 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
                  static_cast<long long>(description.vocab), data_type_name(description.dtype));
     model = models::build_decoder(description, weights);
     options.metadata = models::describe(description);
-    options.metadata.insert(options.metadata.end(), {{"model.source", o.hf},
-                                                     {"tokenizer.bos", std::to_string(info->bos_token_id)},
-                                                     {"tokenizer.eos", join(info->eos_token_ids)}});
-    vocab = description.vocab;
-    std::ifstream sp(o.hf + "/tokenizer.model", std::ios::binary);
-    if (sp) {
-      options.metadata.emplace_back("tokenizer.sentencepiece",
-                                    std::string(std::istreambuf_iterator<char>(sp), std::istreambuf_iterator<char>()));
-    }
-    // tokenizer.json too (checkpoints without tokenizer.model have only it), minified. One
+    // tokenizer.json (checkpoints without tokenizer.model have only it), minified. One
     // gearbox cannot use is kept (generate then names what it lacks) but warned about.
-    std::ifstream hf_json(o.hf + "/tokenizer.json", std::ios::binary);
-    if (hf_json) {
+    std::string hf_json;
+    if (std::ifstream in(o.hf + "/tokenizer.json", std::ios::binary); in) {
       Result<std::string> compact =
-          compact_hf_json(std::string(std::istreambuf_iterator<char>(hf_json), std::istreambuf_iterator<char>()));
+          compact_hf_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
       if (!compact.ok()) {
         std::fprintf(stderr, "warning: %s/tokenizer.json is not stored in the engine: %s\n", o.hf.c_str(),
                      compact.status().message().c_str());
@@ -171,9 +162,26 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
           std::fprintf(stderr, "warning: gearbox cannot tokenize with %s/tokenizer.json, which the engine keeps: %s\n",
                        o.hf.c_str(), t.status().message().c_str());
         }
-        options.metadata.emplace_back("tokenizer.hf_json", std::move(*compact));
+        hf_json = std::move(*compact);
       }
     }
+    // The BOS a text prompt starts with and the ids generation stops at (tokenizer.h).
+    std::string tokenizer_config;
+    if (std::ifstream in(o.hf + "/tokenizer_config.json", std::ios::binary); in) {
+      tokenizer_config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    Result<PromptTokens> prompt = prompt_tokens(info->bos_token_id, info->eos_token_ids, hf_json, tokenizer_config);
+    if (!prompt.ok()) return fail("build", prompt.status().with_context(o.hf));
+    options.metadata.insert(
+        options.metadata.end(),
+        {{"model.source", o.hf}, {"tokenizer.bos", std::to_string(prompt->bos)}, {"tokenizer.eos", join(prompt->eos)}});
+    vocab = description.vocab;
+    std::ifstream sp(o.hf + "/tokenizer.model", std::ios::binary);
+    if (sp) {
+      options.metadata.emplace_back("tokenizer.sentencepiece",
+                                    std::string(std::istreambuf_iterator<char>(sp), std::istreambuf_iterator<char>()));
+    }
+    if (!hf_json.empty()) options.metadata.emplace_back("tokenizer.hf_json", std::move(hf_json));
   }
   if (!model.ok()) return fail("build", model.status());
   if (vocab > 0) options.metadata.emplace_back("model.vocab", std::to_string(vocab));

@@ -378,6 +378,82 @@ TEST(TokenizerJson, CompactRejectsInvalidJson) {
   EXPECT_EQ(*ok, "{\"a\":[1,2]}");
 }
 
+// ---- the BOS and EOS ids `gearbox build --hf` stores ------------------------------------------
+
+struct PromptTokensCase {
+  const char* name;
+  const char* checkpoint;  // a directory of data/parity; its tokenizer files are read
+  int64_t config_bos;
+  std::vector<int64_t> config_eos;
+  int64_t bos;
+  std::vector<int64_t> eos;
+};
+
+// The parity checkpoints' tokenizers (python/tools/make_bytelevel_tokenizer_fixture.py):
+// Llama 3 adds <|begin_of_text|> through its post_processor template, Qwen2/3 add nothing and
+// stop at <|endoftext|> (tokenizer_config.json's eos_token, which their configs lack),
+// Mistral adds <s> (add_bos_token). window_4x has only tokenizer.model: the config's ids.
+const PromptTokensCase kPromptTokensCases[] = {
+    {"llama3", "llama3_5x", 1, {2}, 1, {2}},
+    {"llama3_eos_list", "llama3_5x", 1, {7, 9}, 1, {7, 9, 2}},
+    {"qwen2", "qwen2_4x", -1, {}, -1, {91}},
+    {"qwen2_config_bos", "qwen2_4x", 91, {91}, -1, {91}},
+    {"qwen3", "qwen3_5x", -1, {}, -1, {75}},
+    {"mistral", "mistral_4x", 1, {2}, 1, {2}},
+    {"sentencepiece_only", "window_4x", 2, {1, 106}, 2, {1, 106}},
+};
+
+class PromptTokensOfCheckpoints : public testing::TestWithParam<PromptTokensCase> {};
+
+TEST_P(PromptTokensOfCheckpoints, FollowTheTokenizerFiles) {
+  const PromptTokensCase& c = GetParam();
+  const std::string dir = kData + "/parity/" + c.checkpoint;
+  Result<PromptTokens> got = prompt_tokens(c.config_bos, c.config_eos, read_file(dir + "/tokenizer.json"),
+                                           read_file(dir + "/tokenizer_config.json"));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->bos, c.bos);
+  EXPECT_EQ(got->eos, c.eos);
+}
+
+INSTANTIATE_TEST_SUITE_P(TokenizerJson, PromptTokensOfCheckpoints, testing::ValuesIn(kPromptTokensCases),
+                         [](const testing::TestParamInfo<PromptTokensCase>& p) { return std::string(p.param.name); });
+
+TEST(TokenizerJson, PromptTokensAddBosTokenWinsOverTheTemplate) {
+  const std::string llama3 = read_file(kData + "/parity/llama3_5x/tokenizer.json");
+  Result<PromptTokens> off = prompt_tokens(1, {2}, llama3, R"({"add_bos_token": false, "bos_token": null})");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_EQ(off->bos, -1);
+  const std::string qwen2 = read_file(kData + "/parity/qwen2_4x/tokenizer.json");
+  Result<PromptTokens> on = prompt_tokens(
+      -1, {}, qwen2, R"({"add_bos_token": true, "bos_token": {"__type": "AddedToken", "content": "<|im_start|>"}})");
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_EQ(on->bos, 92);
+  // A tokenizer.json gearbox cannot read leaves the names unresolved: the config's ids.
+  Result<PromptTokens> unread = prompt_tokens(5, {6}, read_file(kTokenizerData + "/wordpiece/tokenizer.json"),
+                                              R"({"add_bos_token": true, "bos_token": "[CLS]", "eos_token": "x"})");
+  ASSERT_TRUE(unread.ok()) << unread.status().to_string();
+  EXPECT_EQ(unread->bos, 5);
+  EXPECT_EQ(unread->eos, std::vector<int64_t>{6});
+}
+
+TEST(TokenizerJson, PromptTokensRejectMalformedTokenizerConfig) {
+  const std::string qwen2 = read_file(kData + "/parity/qwen2_4x/tokenizer.json");
+  const std::pair<const char*, const char*> cases[] = {
+      {"[1]", "tokenizer_config.json is not a JSON object"},
+      {"{\"add_bos_token\": ", "tokenizer_config.json is not a JSON object"},
+      {R"({"add_bos_token": "yes"})", "add_bos_token must be true or false, got 'yes'"},
+      {R"({"eos_token": 3})", "eos_token must be a token"},
+      {R"({"eos_token": "<|nope|>"})", "eos_token '<|nope|>' is not a token of tokenizer.json"},
+      {R"({"add_bos_token": true, "bos_token": "<s>"})", "bos_token '<s>' is not a token of tokenizer.json"},
+  };
+  for (const auto& [config, message] : cases) {
+    Result<PromptTokens> got = prompt_tokens(-1, {}, qwen2, config);
+    ASSERT_FALSE(got.ok()) << config;
+    EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(got.status().message().find(message), std::string::npos) << got.status().message();
+  }
+}
+
 // The CLI test builds window_4x with tokenizer.json in place of tokenizer.model: the two
 // tokenize its prompts alike (text the SentencePiece normalizer leaves unchanged).
 TEST(TokenizerJson, Window4xConversionMatchesSentencePiece) {
