@@ -41,6 +41,8 @@ Result<std::vector<int64_t>> HfTokenizer::encode(std::string_view text) const {
     return impl_->encode(text);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("out of memory while tokenizing");
+  } catch (const hf_json::RegexMatchError& e) {
+    return resource_exhausted(std::string("cannot tokenize: ") + e.what());
   }
 }
 

@@ -46,7 +46,8 @@ class HfTokenizer {
 
   /// The ids of `text` (valid UTF-8), without special tokens added (no BOS).
   /// Errors: kInvalidArgument for text that is not UTF-8, or that needs an unk_token the
-  /// vocabulary lacks.
+  /// vocabulary lacks; kResourceExhausted when a Regex pre-tokenizer exceeds PCRE2's match
+  /// limit on it (catastrophic backtracking).
   Result<std::vector<int64_t>> encode(std::string_view text) const;
   /// The text of `ids`; special added tokens are skipped, as are ids that name no token.
   Result<std::string> decode(std::span<const int64_t> ids) const;

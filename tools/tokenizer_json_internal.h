@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -55,6 +56,13 @@ std::string nfc(std::string_view s);
 std::string utf8_lossy(std::string_view bytes);
 
 // ---- regular expressions ------------------------------------------------------------------
+
+// What Regex::find_all throws when PCRE2 gives up on a text (a match limit): encode turns it
+// into an error rather than split the text otherwise than the library does.
+class RegexMatchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // A pattern of tokenizer.json ({"Regex": ...}), compiled with PCRE2 in UTF + UCP mode so that
 // it matches as `tokenizers`' Oniguruma regexes do: `\s` and `\S` follow Unicode White_Space

@@ -101,7 +101,15 @@ std::vector<std::pair<size_t, size_t>> Regex::find_all(std::string_view s) const
       pcre2_match_data_free(data);
       throw std::bad_alloc();
     }
-    if (rc < 0) break;  // no match (or a match limit, which these patterns do not reach)
+    if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (rc < 0) {
+      // A match or depth limit: the split would differ from the library's, so it is an error.
+      pcre2_match_data_free(data);
+      std::array<PCRE2_UCHAR, 256> message{};
+      pcre2_get_error_message(rc, message.data(), message.size());
+      throw RegexMatchError(std::string("a pre-tokenizer regex failed on the text: ") +
+                            reinterpret_cast<const char*>(message.data()) + " (PCRE2)");
+    }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
     const size_t start = ovector[0];
     const size_t end = ovector[1];

@@ -176,6 +176,18 @@ TEST(TokenizerJson, BosIdComesFromThePostProcessorTemplate) {
   EXPECT_EQ(load(read_file(kTokenizerData + "/gemma3_plain.json")).bos_id(), -1);
 }
 
+// A regex that backtracks past PCRE2's match limit is an error, not a different split.
+TEST(TokenizerJson, RegexMatchLimitIsAnError) {
+  Json j = Json::parse(read_file(kTokenizerData + "/qwen2.json"));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:a|a)+[bc]|.";
+  const HfTokenizer t = load(j.dump());
+  EXPECT_TRUE(t.encode("ab").ok());
+  Result<std::vector<int64_t>> ids = t.encode(std::string(40, 'a') + "d");
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(ids.status().message().find("PCRE2"), std::string::npos) << ids.status().message();
+}
+
 TEST(TokenizerJson, RejectsTextThatIsNotUtf8) {
   const HfTokenizer t = load(gemma3_text());
   for (const std::string bad : {"\xff", "ok \xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"}) {
