@@ -151,6 +151,7 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     // tokenizer.json (checkpoints without tokenizer.model have only it), minified. One
     // gearbox cannot use is kept (generate then names what it lacks) but warned about.
     std::string hf_json;
+    std::optional<Tokenizer> hf_tokenizer;
     if (std::ifstream in(o.hf + "/tokenizer.json", std::ios::binary); in) {
       Result<std::string> compact =
           compact_hf_json(std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
@@ -161,6 +162,8 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
         if (Result<Tokenizer> t = Tokenizer::from_hf_json(*compact); !t.ok()) {
           std::fprintf(stderr, "warning: gearbox cannot tokenize with %s/tokenizer.json, which the engine keeps: %s\n",
                        o.hf.c_str(), t.status().message().c_str());
+        } else {
+          hf_tokenizer.emplace(std::move(*t));
         }
         hf_json = std::move(*compact);
       }
@@ -170,7 +173,8 @@ int run_build(const BuildArgs& o, bool fixed_by_network) {
     if (std::ifstream in(o.hf + "/tokenizer_config.json", std::ios::binary); in) {
       tokenizer_config.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
     }
-    Result<PromptTokens> prompt = prompt_tokens(info->bos_token_id, info->eos_token_ids, hf_json, tokenizer_config);
+    Result<PromptTokens> prompt = prompt_tokens(info->bos_token_id, info->eos_token_ids,
+                                                hf_tokenizer ? hf_tokenizer->hf_json() : nullptr, tokenizer_config);
     if (!prompt.ok()) return fail("build", prompt.status().with_context(o.hf));
     options.metadata.insert(
         options.metadata.end(),

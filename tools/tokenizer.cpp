@@ -33,16 +33,10 @@ Result<std::optional<std::string>> token_name(const nlohmann::json& config, cons
                    " must be a token (a string or {\"content\": ...}), got " + models::describe_json(*it));
 }
 
-Result<PromptTokens> prompt_tokens_or_throw(int64_t config_bos, std::vector<int64_t> config_eos,
-                                            std::string_view tokenizer_json, std::string_view tokenizer_config_json) {
+Result<PromptTokens> prompt_tokens_or_throw(int64_t config_bos, std::vector<int64_t> config_eos, const HfTokenizer* hf,
+                                            std::string_view tokenizer_config_json) {
   PromptTokens out{config_bos, std::move(config_eos)};
-  std::optional<HfTokenizer> hf;
-  if (!tokenizer_json.empty()) {
-    if (Result<HfTokenizer> t = HfTokenizer::from_json(tokenizer_json); t.ok()) {
-      hf.emplace(std::move(*t));
-      out.bos = hf->bos_id();
-    }
-  }
+  if (hf != nullptr) out.bos = hf->bos_id();
   if (tokenizer_config_json.empty()) return out;
   const nlohmann::json config = nlohmann::json::parse(tokenizer_config_json, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return data_loss("tokenizer_config.json is not a JSON object");
@@ -52,7 +46,7 @@ Result<PromptTokens> prompt_tokens_or_throw(int64_t config_bos, std::vector<int6
   if (!eos_name.ok()) return eos_name.status();
   // A name resolves through tokenizer.json; -1 without one.
   const auto id_of = [&](const std::optional<std::string>& name, const char* key) -> Result<int64_t> {
-    if (!hf || !name) return int64_t{-1};
+    if (hf == nullptr || !name) return int64_t{-1};
     const int64_t id = hf->token_to_id(*name);
     if (id < 0) {
       return data_loss(std::string("tokenizer_config.json: ") + key + " '" + *name +
@@ -117,8 +111,8 @@ Result<std::string> Tokenizer::decode(const std::vector<int64_t>& ids) const {
   return text;
 }
 
-Result<PromptTokens> prompt_tokens(int64_t config_bos, std::vector<int64_t> config_eos, std::string_view tokenizer_json,
-                                   std::string_view tokenizer_config_json) {
+Result<PromptTokens> prompt_tokens(int64_t config_bos, std::vector<int64_t> config_eos,
+                                   const HfTokenizer* tokenizer_json, std::string_view tokenizer_config_json) {
   try {
     return prompt_tokens_or_throw(config_bos, std::move(config_eos), tokenizer_json, tokenizer_config_json);
   } catch (const std::bad_alloc&) {

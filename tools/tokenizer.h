@@ -33,6 +33,8 @@ class Tokenizer {
   Result<std::vector<int64_t>> encode(const std::string& text) const;
   /// The text of `ids`; special / control tokens are left out.
   Result<std::string> decode(const std::vector<int64_t>& ids) const;
+  /// The tokenizer.json tokenizer this wraps, or null for a SentencePiece model.
+  const HfTokenizer* hf_json() const { return hf_.get(); }
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -58,12 +60,13 @@ struct PromptTokens {
 ///    post_processor (Llama 3 and Gemma: the token it puts first; Qwen2: none), else the
 ///    config's;
 ///  - EOS: the config's, and tokenizer_config.json's eos_token.
-/// `tokenizer_json` and `tokenizer_config_json` are the files' text, empty when absent; without
-/// a tokenizer.json that gearbox reads, tokenizer_config.json's token names are not resolved.
+/// `tokenizer_json` is the checkpoint's tokenizer.json as read, null when it has none gearbox
+/// reads (tokenizer_config.json's token names are then not resolved); `tokenizer_config_json`
+/// is tokenizer_config.json's text, empty when absent.
 /// Errors: kDataLoss when tokenizer_config.json is not a JSON object, a field has the wrong type,
 /// or it names a token that tokenizer.json lacks.
-Result<PromptTokens> prompt_tokens(int64_t config_bos, std::vector<int64_t> config_eos, std::string_view tokenizer_json,
-                                   std::string_view tokenizer_config_json);
+Result<PromptTokens> prompt_tokens(int64_t config_bos, std::vector<int64_t> config_eos,
+                                   const HfTokenizer* tokenizer_json, std::string_view tokenizer_config_json);
 
 /// tokenizer.json as `gearbox build` stores it in an engine ("tokenizer.hf_json"): minified,
 /// since a metadata value holds at most 16 MiB (Gemma-3's file is 33 MB as published, about

@@ -420,8 +420,10 @@ class PromptTokensOfCheckpoints : public testing::TestWithParam<PromptTokensCase
 TEST_P(PromptTokensOfCheckpoints, FollowTheTokenizerFiles) {
   const PromptTokensCase& c = GetParam();
   const std::string dir = kData + "/parity/" + c.checkpoint;
-  Result<PromptTokens> got = prompt_tokens(c.config_bos, c.config_eos, read_file(dir + "/tokenizer.json"),
-                                           read_file(dir + "/tokenizer_config.json"));
+  std::optional<HfTokenizer> hf;
+  if (const std::string text = read_file(dir + "/tokenizer.json"); !text.empty()) hf.emplace(load(text));
+  Result<PromptTokens> got =
+      prompt_tokens(c.config_bos, c.config_eos, hf ? &*hf : nullptr, read_file(dir + "/tokenizer_config.json"));
   ASSERT_TRUE(got.ok()) << got.status().to_string();
   EXPECT_EQ(got->bos, c.bos);
   EXPECT_EQ(got->eos, c.eos);
@@ -431,25 +433,25 @@ INSTANTIATE_TEST_SUITE_P(TokenizerJson, PromptTokensOfCheckpoints, testing::Valu
                          [](const testing::TestParamInfo<PromptTokensCase>& p) { return std::string(p.param.name); });
 
 TEST(TokenizerJson, PromptTokensAddBosTokenWinsOverTheTemplate) {
-  const std::string llama3 = read_file(kData + "/parity/llama3_5x/tokenizer.json");
-  Result<PromptTokens> off = prompt_tokens(1, {2}, llama3, R"({"add_bos_token": false, "bos_token": null})");
+  const HfTokenizer llama3 = load(read_file(kData + "/parity/llama3_5x/tokenizer.json"));
+  Result<PromptTokens> off = prompt_tokens(1, {2}, &llama3, R"({"add_bos_token": false, "bos_token": null})");
   ASSERT_TRUE(off.ok()) << off.status().to_string();
   EXPECT_EQ(off->bos, -1);
-  const std::string qwen2 = read_file(kData + "/parity/qwen2_4x/tokenizer.json");
+  const HfTokenizer qwen2 = load(read_file(kData + "/parity/qwen2_4x/tokenizer.json"));
   Result<PromptTokens> on = prompt_tokens(
-      -1, {}, qwen2, R"({"add_bos_token": true, "bos_token": {"__type": "AddedToken", "content": "<|im_start|>"}})");
+      -1, {}, &qwen2, R"({"add_bos_token": true, "bos_token": {"__type": "AddedToken", "content": "<|im_start|>"}})");
   ASSERT_TRUE(on.ok()) << on.status().to_string();
   EXPECT_EQ(on->bos, 92);
-  // A tokenizer.json gearbox cannot read leaves the names unresolved: the config's ids.
-  Result<PromptTokens> unread = prompt_tokens(5, {6}, read_file(kTokenizerData + "/wordpiece/tokenizer.json"),
-                                              R"({"add_bos_token": true, "bos_token": "[CLS]", "eos_token": "x"})");
+  // Without a tokenizer.json gearbox reads, the names stay unresolved: the config's ids.
+  Result<PromptTokens> unread =
+      prompt_tokens(5, {6}, nullptr, R"({"add_bos_token": true, "bos_token": "[CLS]", "eos_token": "x"})");
   ASSERT_TRUE(unread.ok()) << unread.status().to_string();
   EXPECT_EQ(unread->bos, 5);
   EXPECT_EQ(unread->eos, std::vector<int64_t>{6});
 }
 
 TEST(TokenizerJson, PromptTokensRejectMalformedTokenizerConfig) {
-  const std::string qwen2 = read_file(kData + "/parity/qwen2_4x/tokenizer.json");
+  const HfTokenizer qwen2 = load(read_file(kData + "/parity/qwen2_4x/tokenizer.json"));
   const std::pair<const char*, const char*> cases[] = {
       {"[1]", "tokenizer_config.json is not a JSON object"},
       {"{\"add_bos_token\": ", "tokenizer_config.json is not a JSON object"},
@@ -459,7 +461,7 @@ TEST(TokenizerJson, PromptTokensRejectMalformedTokenizerConfig) {
       {R"({"add_bos_token": true, "bos_token": "<s>"})", "bos_token '<s>' is not a token of tokenizer.json"},
   };
   for (const auto& [config, message] : cases) {
-    Result<PromptTokens> got = prompt_tokens(-1, {}, qwen2, config);
+    Result<PromptTokens> got = prompt_tokens(-1, {}, &qwen2, config);
     ASSERT_FALSE(got.ok()) << config;
     EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
     EXPECT_NE(got.status().message().find(message), std::string::npos) << got.status().message();
