@@ -181,7 +181,7 @@ def decode_cases(t):
     """ids -> text beyond the round trips: special tokens skipped, byte tokens that do not
     form UTF-8 (one U+FFFD per maximal ill-formed part), ids without a token."""
     ids = lambda *toks: [t.token_to_id(byte_level(x) if len(x) == 1 else x) for x in toks]  # noqa: E731
-    byte = lambda b: t.token_to_id(byte_level_table()[b])  # noqa: E731
+    byte = lambda b: t.token_to_id(BYTE_CHARACTERS[b])  # noqa: E731
     specials = [i for i in range(t.get_vocab_size(with_added_tokens=True))
                 if t.id_to_token(i) and t.id_to_token(i).startswith("<|")]
     lists = [
@@ -198,21 +198,18 @@ def decode_cases(t):
     return [dict(ids=x, text=t.decode(x, skip_special_tokens=True)) for x in lists]
 
 
-_TABLE = []
+def byte_level_characters():
+    """GPT-2's byte-to-character map: the printable Latin-1 bytes stand for themselves, the
+    others take U+0100, U+0101, ... in byte order."""
+    keep = set(range(ord("!"), ord("~") + 1)) | set(range(0xA1, 0xAD)) | set(range(0xAE, 0x100))
+    table, n = [], 0
+    for b in range(256):
+        table.append(chr(b) if b in keep else chr(256 + n))
+        n += b not in keep
+    return table
 
 
-def byte_level_table():
-    if not _TABLE:
-        # Printable Latin-1 bytes stand for themselves; the others take 256, 257, ... in order.
-        keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-        n = 0
-        for b in range(256):
-            if b in keep:
-                _TABLE.append(chr(b))
-            else:
-                _TABLE.append(chr(256 + n))
-                n += 1
-    return _TABLE
+BYTE_CHARACTERS = byte_level_characters()
 
 
 # ---- the parity checkpoints' tokenizers --------------------------------------------------------
