@@ -8,7 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build_packages=(build-essential cmake ninja-build libxxhash-dev libsentencepiece-dev nlohmann-json3-dev libcli11-dev)
+build_packages=(build-essential cmake ninja-build pkg-config libxxhash-dev libsentencepiece-dev nlohmann-json3-dev
+  libcli11-dev libpcre2-dev libutf8proc-dev)
 test_packages=(libgtest-dev librapidcheck-dev libbenchmark-dev clang libclang-rt-14-dev clang-tidy clang-format
   doxygen python3-venv)
 packages=("${build_packages[@]}")

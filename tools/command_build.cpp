@@ -219,20 +219,14 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
                  static_cast<long long>(description.vocab), data_type_name(description.dtype));
     model = models::build_decoder(description, weights);
     options.metadata = models::describe(description);
-    options.metadata.insert(options.metadata.end(), {{"model.source", o.hf},
-                                                     {"tokenizer.bos", std::to_string(info->bos_token_id)},
-                                                     {"tokenizer.eos", join(info->eos_token_ids)}});
-    vocab = description.vocab;
-    Result<std::optional<std::string>> sp = read_optional_input(o.hf + "/tokenizer.model", InputKind::kTokenizerModel);
-    if (!sp.ok()) return fail("build", sp.status());
-    if (*sp) options.metadata.emplace_back("tokenizer.sentencepiece", std::move(**sp));
-    // tokenizer.json too (checkpoints without tokenizer.model have only it), minified. One
+    // tokenizer.json (checkpoints without tokenizer.model have only it), minified. One
     // gearbox cannot use is kept (generate then names what it lacks) but warned about.
-    Result<std::optional<std::string>> hf_json =
-        read_optional_input(o.hf + "/tokenizer.json", InputKind::kTokenizerJson);
-    if (!hf_json.ok()) return fail("build", hf_json.status());
-    if (*hf_json) {
-      Result<std::string> compact = compact_hf_json(**hf_json);
+    std::string hf_json;
+    std::optional<Tokenizer> hf_tokenizer;
+    Result<std::optional<std::string>> hf_text = read_optional_input(o.hf + "/tokenizer.json", InputKind::kTokenizerJson);
+    if (!hf_text.ok()) return fail("build", hf_text.status());
+    if (*hf_text) {
+      Result<std::string> compact = compact_hf_json(**hf_text);
       if (!compact.ok()) {
         std::fprintf(stderr, "warning: %s/tokenizer.json is not stored in the engine: %s\n", o.hf.c_str(),
                      compact.status().message().c_str());
@@ -240,10 +234,28 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
         if (Result<Tokenizer> t = Tokenizer::from_hf_json(*compact); !t.ok()) {
           std::fprintf(stderr, "warning: gearbox cannot tokenize with %s/tokenizer.json, which the engine keeps: %s\n",
                        o.hf.c_str(), t.status().message().c_str());
+        } else {
+          hf_tokenizer.emplace(std::move(*t));
         }
-        options.metadata.emplace_back("tokenizer.hf_json", std::move(*compact));
+        hf_json = std::move(*compact);
       }
     }
+    // The BOS a text prompt starts with and the ids generation stops at (tokenizer.h).
+    Result<std::optional<std::string>> tokenizer_config =
+        read_optional_input(o.hf + "/tokenizer_config.json", InputKind::kHfConfig);
+    if (!tokenizer_config.ok()) return fail("build", tokenizer_config.status());
+    Result<PromptTokens> prompt =
+        prompt_tokens(info->bos_token_id, info->eos_token_ids, hf_tokenizer ? hf_tokenizer->hf_json() : nullptr,
+                      tokenizer_config->value_or(std::string()));
+    if (!prompt.ok()) return fail("build", prompt.status().with_context(o.hf));
+    options.metadata.insert(
+        options.metadata.end(),
+        {{"model.source", o.hf}, {"tokenizer.bos", std::to_string(prompt->bos)}, {"tokenizer.eos", join(prompt->eos)}});
+    vocab = description.vocab;
+    Result<std::optional<std::string>> sp = read_optional_input(o.hf + "/tokenizer.model", InputKind::kTokenizerModel);
+    if (!sp.ok()) return fail("build", sp.status());
+    if (*sp) options.metadata.emplace_back("tokenizer.sentencepiece", std::move(**sp));
+    if (!hf_json.empty()) options.metadata.emplace_back("tokenizer.hf_json", std::move(hf_json));
   }
   if (!model.ok()) return fail("build", model.status());
   if (!o.network.empty() && !o.allow_non_finite) {

@@ -41,6 +41,8 @@ Result<std::vector<int64_t>> HfTokenizer::encode(std::string_view text) const {
     return impl_->encode(text);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("out of memory while tokenizing");
+  } catch (const hf_json::RegexMatchError& e) {
+    return resource_exhausted(std::string("cannot tokenize: ") + e.what());
   }
 }
 
@@ -62,5 +64,7 @@ int64_t HfTokenizer::token_to_id(std::string_view token) const {
 }
 
 int64_t HfTokenizer::vocab_size() const { return impl_->vocab_size; }
+
+int64_t HfTokenizer::bos_id() const { return impl_->bos_id; }
 
 }  // namespace gearbox::cli

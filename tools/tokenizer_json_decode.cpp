@@ -99,6 +99,13 @@ std::string HfTokenizer::Impl::decode(std::span<const int64_t> ids) const {
       case DecoderKind::kStrip:
         for (std::string& t : tokens) t = strip(t, step.pattern, step.start, step.stop);
         break;
+      case DecoderKind::kByteLevel: {
+        std::string bytes;
+        for (const std::string& t : tokens) hf_json::byte_level_to_bytes(t, bytes);
+        tokens.clear();
+        tokens.push_back(hf_json::utf8_lossy(bytes));
+        break;
+      }
       case DecoderKind::kMetaspace:
         for (size_t i = 0; i < tokens.size(); ++i) {
           tokens[i] = replace_all(tokens[i], step.pattern, i == 0 && step.drop_first ? "" : " ");

@@ -7,20 +7,25 @@ namespace gearbox::cli {
 namespace {
 
 using hf_json::AddedToken;
+using hf_json::bytes_to_byte_level;
 using hf_json::kNpos;
 using hf_json::Matcher;
+using hf_json::NormalizerKind;
 using hf_json::NormalizerStep;
 using hf_json::Piece;
 using hf_json::PrependScheme;
+using hf_json::PreTokenizerKind;
 using hf_json::PreTokenizerStep;
+using hf_json::Regex;
 using hf_json::replace_all;
 using hf_json::SplitBehavior;
 using hf_json::white_space_end;
 using hf_json::white_space_start;
 
-// NormalizedString::split with a literal pattern: the [start, end) ranges of the pieces.
-std::vector<std::pair<size_t, size_t>> split_ranges(std::string_view s, std::string_view delimiter,
-                                                    SplitBehavior behavior) {
+// NormalizedString::split: the [start, end) ranges of the pieces, with a literal delimiter
+// or a regex (Pattern::find_matches), the matches inverted or not (Invert).
+std::vector<std::pair<size_t, size_t>> split_ranges(std::string_view s, std::string_view delimiter, const Regex* regex,
+                                                    bool invert, SplitBehavior behavior) {
   struct Part {
     size_t start;
     size_t end;
@@ -28,14 +33,19 @@ std::vector<std::pair<size_t, size_t>> split_ranges(std::string_view s, std::str
   };
   std::vector<Part> parts;
   size_t prev = 0;
-  if (!delimiter.empty()) {
+  const auto add_match = [&](size_t start, size_t end) {
+    if (start != prev) parts.push_back({prev, start, invert});
+    parts.push_back({start, end, !invert});
+    prev = end;
+  };
+  if (regex != nullptr) {
+    for (const auto& [start, end] : regex->find_all(s)) add_match(start, end);
+  } else if (!delimiter.empty()) {
     for (size_t pos = s.find(delimiter); pos != kNpos; pos = s.find(delimiter, prev)) {
-      if (pos != prev) parts.push_back({prev, pos, false});
-      parts.push_back({pos, pos + delimiter.size(), true});
-      prev = pos + delimiter.size();
+      add_match(pos, pos + delimiter.size());
     }
   }
-  if (prev != s.size()) parts.push_back({prev, s.size(), false});
+  if (prev != s.size()) parts.push_back({prev, s.size(), invert});
 
   std::vector<std::pair<size_t, size_t>> out;
   bool previous_match = false;
@@ -88,10 +98,12 @@ std::vector<std::pair<size_t, size_t>> split_ranges(std::string_view s, std::str
 
 std::string HfTokenizer::Impl::normalize(std::string text) const {
   for (const NormalizerStep& step : normalizer) {
-    if (step.prepend) {
-      if (!text.empty()) text = step.content + text;
-    } else {
-      text = replace_all(text, step.pattern, step.content);
+    switch (step.kind) {
+      case NormalizerKind::kPrepend:
+        if (!text.empty()) text = step.content + text;
+        break;
+      case NormalizerKind::kReplace: text = replace_all(text, step.pattern, step.content); break;
+      case NormalizerKind::kNfc: text = hf_json::nfc(text); break;
     }
   }
   return text;
@@ -136,9 +148,25 @@ void HfTokenizer::Impl::pre_tokenize(const PreTokenizerStep& step, std::vector<P
       out.push_back(std::move(piece));
       continue;
     }
+    if (step.kind == PreTokenizerKind::kByteLevel) {
+      // ByteLevel: a space before a piece that lacks one, GPT-2's regex, then each byte as
+      // its character.
+      std::string text = std::move(piece.text);
+      if (step.add_prefix_space && text.compare(0, 1, " ") != 0) text.insert(0, " ");
+      if (step.regex == nullptr) {
+        out.push_back({bytes_to_byte_level(text), -1, piece.at_start});
+        continue;
+      }
+      for (const auto& [a, b] : split_ranges(text, "", step.regex.get(), false, SplitBehavior::kIsolated)) {
+        if (b > a) {
+          out.push_back({bytes_to_byte_level(std::string_view(text).substr(a, b - a)), -1, piece.at_start && a == 0});
+        }
+      }
+      continue;
+    }
     std::string text;
     SplitBehavior behavior = step.behavior;
-    if (step.metaspace) {
+    if (step.kind == PreTokenizerKind::kMetaspace) {
       text = replace_all(piece.text, " ", step.pattern);
       const bool prepend =
           step.prepend == PrependScheme::kAlways || (step.prepend == PrependScheme::kFirst && piece.at_start);
@@ -151,7 +179,9 @@ void HfTokenizer::Impl::pre_tokenize(const PreTokenizerStep& step, std::vector<P
     } else {
       text = std::move(piece.text);
     }
-    for (const auto& [a, b] : split_ranges(text, step.pattern, behavior)) {
+    const bool split_step = step.kind == PreTokenizerKind::kSplit;
+    for (const auto& [a, b] : split_ranges(text, step.pattern, split_step ? step.regex.get() : nullptr,
+                                           split_step && step.invert, behavior)) {
       if (b > a) out.push_back({text.substr(a, b - a), -1, piece.at_start && a == 0});
     }
   }

@@ -6,14 +6,18 @@
 //   tokenizer_json_encode.cpp  text -> ids: added tokens, normalizer, pre-tokenizer
 //   tokenizer_json_bpe.cpp     one pre-token -> ids: the BPE merges
 //   tokenizer_json_decode.cpp  ids -> text: the decoders
-//   tokenizer_json_utf8.cpp    UTF-8 and string helpers
+//   tokenizer_json_utf8.cpp    UTF-8 and string helpers, the NFC normalizer (utf8proc)
+//   tokenizer_json_regex.cpp   Split patterns as regular expressions (PCRE2)
+//   tokenizer_json_byte_level.cpp  the ByteLevel pre-tokenizer's byte <-> character map
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -24,6 +28,8 @@
 
 #include "gearbox/status.h"
 #include "tokenizer_json.h"
+
+struct pcre2_real_code_8;
 
 namespace gearbox::cli::hf_json {
 
@@ -43,27 +49,80 @@ size_t white_space_start(std::string_view s, size_t end);
 // Where the run of white space that begins at `start` ends.
 size_t white_space_end(std::string_view s, size_t start);
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to);
+// Unicode NFC of valid UTF-8 (what the NFC normalizer does).
+std::string nfc(std::string_view s);
+// The bytes as UTF-8 text, each maximal ill-formed part replaced by one U+FFFD (what Rust's
+// String::from_utf8_lossy does).
+std::string utf8_lossy(std::string_view bytes);
+
+// ---- regular expressions ------------------------------------------------------------------
+
+// What Regex::find_all throws when PCRE2 gives up on a text (a match limit): encode turns it
+// into an error rather than split the text otherwise than the library does.
+class RegexMatchError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A pattern of tokenizer.json ({"Regex": ...}), compiled with PCRE2 in UTF + UCP mode so that
+// it matches as `tokenizers`' Oniguruma regexes do: `\s` and `\S` follow Unicode White_Space
+// (PCRE2 leaves out U+0085), `^` and `$` match at line ends (Oniguruma's Ruby syntax). Escapes
+// whose meaning differs between the two engines (`\h`, `\w`, `\b`...) are refused.
+class Regex {
+ public:
+  /// Errors: kUnimplemented naming `field` for a pattern PCRE2 rejects or that uses an escape
+  /// whose meaning differs in Oniguruma.
+  static Result<std::shared_ptr<const Regex>> compile(std::string_view pattern, const std::string& field);
+  // The matches in `s` (valid UTF-8) as Oniguruma's find_iter gives them: left to right, not
+  // overlapping, an empty match only where the previous match did not end.
+  std::vector<std::pair<size_t, size_t>> find_all(std::string_view s) const;
+
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+  ~Regex();
+
+ private:
+  explicit Regex(pcre2_real_code_8* code) : code_(code) {}
+  pcre2_real_code_8* code_;
+};
+
+// ---- ByteLevel ----------------------------------------------------------------------------
+
+// GPT-2's byte-to-character map: each byte of `s` as the character that stands for it.
+std::string bytes_to_byte_level(std::string_view s);
+// A token back to bytes: its characters' bytes when every one is in the map, else the token
+// as it is (decoders/byte_level.rs).
+void byte_level_to_bytes(std::string_view token, std::string& out);
+// The pre-tokenizer regex of GPT-2 that ByteLevel applies with use_regex.
+const std::shared_ptr<const Regex>& gpt2_regex();
 
 // ---- the pipeline's parts -----------------------------------------------------------------
 
 enum class PrependScheme { kAlways, kFirst, kNever };
 enum class SplitBehavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
+enum class NormalizerKind { kReplace, kPrepend, kNfc };
+
 struct NormalizerStep {
-  bool prepend = false;  // Prepend `content` to non-empty text; else Replace `pattern` with `content`
-  std::string pattern;
-  std::string content;
+  NormalizerKind kind = NormalizerKind::kReplace;
+  std::string pattern;  // Replace: what is replaced
+  std::string content;  // Replace: what replaces it; Prepend: what is prepended to non-empty text
 };
 
+enum class PreTokenizerKind { kMetaspace, kSplit, kByteLevel };
+
 struct PreTokenizerStep {
-  bool metaspace = false;                            // Metaspace, else Split
-  std::string pattern;                               // Metaspace: the replacement character; Split: the delimiter
+  PreTokenizerKind kind = PreTokenizerKind::kSplit;
+  std::string pattern;                               // Metaspace: the replacement character; Split: a String delimiter
+  std::shared_ptr<const Regex> regex;                // Split: a Regex delimiter; ByteLevel: GPT-2's, with use_regex
   PrependScheme prepend = PrependScheme::kAlways;    // Metaspace
   bool split = true;                                 // Metaspace
   SplitBehavior behavior = SplitBehavior::kRemoved;  // Split
+  bool invert = false;                               // Split: the pieces between matches are the delimiters
+  bool add_prefix_space = false;                     // ByteLevel: a space before each piece that lacks one
 };
 
-enum class DecoderKind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace };
+enum class DecoderKind { kReplace, kByteFallback, kFuse, kStrip, kMetaspace, kByteLevel };
 
 struct DecoderStep {
   DecoderKind kind = DecoderKind::kFuse;
@@ -162,6 +221,7 @@ struct HfTokenizer::Impl {
   hf_json::Matcher raw_matcher;             // added tokens with normalized: false, on the raw text
   hf_json::Matcher normalized_matcher;      // normalized: true, their normalized form on the normalized text
   int64_t vocab_size = 0;
+  int64_t bos_id = -1;  // the token the post_processor's template puts before the text, or -1
 
   std::string normalize(std::string text) const;
   void split_added(const hf_json::Matcher& matcher, std::vector<hf_json::Piece>& pieces) const;

@@ -193,6 +193,20 @@ Status read_replace(const Node& node, std::string& pattern, std::string& content
   return {};
 }
 
+/// A "ByteLevel" step (pre-tokenizer, decoder or post-processor): add_prefix_space, and
+/// GPT-2's regex when use_regex (the default). trim_offsets changes offsets only, not ids.
+Status read_byte_level(const Node& node, bool& add_prefix_space, std::shared_ptr<const Regex>& regex) {
+  GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "add_prefix_space", "trim_offsets", "use_regex"}));
+  add_prefix_space = true;
+  bool trim_offsets = true;
+  bool use_regex = true;
+  GEARBOX_RETURN_IF_ERROR(node.boolean("add_prefix_space", add_prefix_space));
+  GEARBOX_RETURN_IF_ERROR(node.boolean("trim_offsets", trim_offsets));
+  GEARBOX_RETURN_IF_ERROR(node.boolean("use_regex", use_regex));
+  regex = use_regex ? gpt2_regex() : nullptr;
+  return {};
+}
+
 Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
@@ -200,15 +214,19 @@ Status read_normalizer(const Node& node, std::vector<NormalizerStep>& steps) {
   NormalizerStep step;
   if (*type == "Replace") {
     GEARBOX_RETURN_IF_ERROR(read_replace(node, step.pattern, step.content));
+    step.kind = NormalizerKind::kReplace;
   } else if (*type == "Prepend") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "prepend"}));
     Result<std::string> prepend = node.string("prepend");
     if (!prepend.ok()) return prepend.status();
-    step.prepend = true;
+    step.kind = NormalizerKind::kPrepend;
     step.content = std::move(*prepend);
+  } else if (*type == "NFC") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type"}));
+    step.kind = NormalizerKind::kNfc;
   } else {
     return unsupported(node.field("type"), "'" + *type + "'",
-                       "gearbox implements the normalizers Sequence, Replace and Prepend");
+                       "gearbox implements the normalizers Sequence, Replace, Prepend and NFC");
   }
   steps.push_back(std::move(step));
   return {};
@@ -221,11 +239,25 @@ Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps
   PreTokenizerStep step;
   if (*type == "Metaspace") {
     GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, step.prepend, step.split));
-    step.metaspace = true;
+    step.kind = PreTokenizerKind::kMetaspace;
+  } else if (*type == "ByteLevel") {
+    GEARBOX_RETURN_IF_ERROR(read_byte_level(node, step.add_prefix_space, step.regex));
+    step.kind = PreTokenizerKind::kByteLevel;
   } else if (*type == "Split") {
     GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "pattern", "behavior", "invert"}));
-    Result<std::string> pattern = node.string_pattern("pattern");
-    if (!pattern.ok()) return pattern.status();
+    if (const Json* p = node.find("pattern");
+        p != nullptr && p->is_object() && p->size() == 1 && p->contains("Regex")) {
+      const Node regex(*p, node.field("pattern"));
+      Result<std::string> source = regex.string("Regex");
+      if (!source.ok()) return source.status();
+      Result<std::shared_ptr<const Regex>> compiled = Regex::compile(*source, regex.field("Regex"));
+      if (!compiled.ok()) return compiled.status();
+      step.regex = std::move(*compiled);
+    } else {
+      Result<std::string> pattern = node.string_pattern("pattern");
+      if (!pattern.ok()) return pattern.status();
+      step.pattern = std::move(*pattern);
+    }
     Result<std::string> behavior = node.string("behavior");
     if (!behavior.ok()) return behavior.status();
     static const std::pair<std::string_view, SplitBehavior> kBehaviors[] = {
@@ -240,14 +272,12 @@ Status read_pre_tokenizer(const Node& node, std::vector<PreTokenizerStep>& steps
       return unsupported(node.field("behavior"), "'" + *behavior + "'",
                          "known: Removed, Isolated, MergedWithPrevious, MergedWithNext, Contiguous");
     }
-    bool invert = false;
-    GEARBOX_RETURN_IF_ERROR(node.boolean("invert", invert));
-    if (invert) return unsupported(node.field("invert"), "true", "only invert: false is implemented");
-    step.pattern = std::move(*pattern);
+    GEARBOX_RETURN_IF_ERROR(node.boolean("invert", step.invert));
+    step.kind = PreTokenizerKind::kSplit;
     step.behavior = known->second;
   } else {
     return unsupported(node.field("type"), "'" + *type + "'",
-                       "gearbox implements the pre-tokenizers Sequence, Metaspace and Split");
+                       "gearbox implements the pre-tokenizers Sequence, Metaspace, Split and ByteLevel");
   }
   steps.push_back(std::move(step));
   return {};
@@ -281,22 +311,46 @@ Status read_decoder(const Node& node, std::vector<DecoderStep>& steps) {
     GEARBOX_RETURN_IF_ERROR(read_metaspace(node, step.pattern, scheme, split));
     step.kind = DecoderKind::kMetaspace;
     step.drop_first = scheme != PrependScheme::kNever;
+  } else if (*type == "ByteLevel") {
+    // Decoding maps characters back to bytes whatever the options say.
+    bool add_prefix_space = false;
+    std::shared_ptr<const Regex> regex;
+    GEARBOX_RETURN_IF_ERROR(read_byte_level(node, add_prefix_space, regex));
+    step.kind = DecoderKind::kByteLevel;
   } else {
-    return unsupported(node.field("type"), "'" + *type + "'",
-                       "gearbox implements the decoders Sequence, Replace, ByteFallback, Fuse, Strip and Metaspace");
+    return unsupported(
+        node.field("type"), "'" + *type + "'",
+        "gearbox implements the decoders Sequence, Replace, ByteFallback, Fuse, Strip, Metaspace and ByteLevel");
   }
   steps.push_back(std::move(step));
   return {};
 }
 
-// The post-processor adds special tokens around a sequence; gearbox's callers add the BOS
-// themselves (`gearbox generate` from "tokenizer.bos"), so only the templates that add
-// nothing else are accepted.
-Status read_post_processor(const Node& node) {
+// The post-processor adds special tokens around a sequence. gearbox's callers add the BOS
+// themselves (`gearbox build` stores the template's as "tokenizer.bos", which `gearbox
+// generate` puts before a text prompt), so only the templates that add nothing else are
+// accepted; ByteLevel changes offsets only.
+Status read_post_processor(const Node& node, int64_t& bos_id) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
+  if (*type == "Sequence") {
+    GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "processors"}));
+    const Json* list = node.find("processors");
+    if (list == nullptr || !list->is_array()) return malformed(node.field("processors"), "must be a list");
+    for (size_t i = 0; i < list->size(); ++i) {
+      GEARBOX_RETURN_IF_ERROR(
+          read_post_processor(Node((*list)[i], node.field("processors") + "[" + std::to_string(i) + "]"), bos_id));
+    }
+    return {};
+  }
+  if (*type == "ByteLevel") {
+    bool add_prefix_space = false;
+    std::shared_ptr<const Regex> regex;
+    return read_byte_level(node, add_prefix_space, regex);
+  }
   if (*type != "TemplateProcessing") {
-    return unsupported(node.field("type"), "'" + *type + "'", "gearbox implements TemplateProcessing with [BOS] $A");
+    return unsupported(node.field("type"), "'" + *type + "'",
+                       "gearbox implements TemplateProcessing with [BOS] $A, ByteLevel and Sequence");
   }
   GEARBOX_RETURN_IF_ERROR(node.expect_object({"type", "single", "pair", "special_tokens"}));
   const Json* single = node.find("single");
@@ -305,14 +359,27 @@ Status read_post_processor(const Node& node) {
     return piece.is_object() && piece.contains("Sequence") && piece["Sequence"].is_object() &&
            piece["Sequence"].value("id", "") == "A";
   };
-  const bool ok = (single->size() == 1 && is_sequence_a((*single)[0])) ||
-                  (single->size() == 2 && (*single)[0].is_object() && (*single)[0].contains("SpecialToken") &&
-                   is_sequence_a((*single)[1]));
-  if (!ok) {
+  const bool with_bos = single->size() == 2 && (*single)[0].is_object() && (*single)[0].contains("SpecialToken") &&
+                        (*single)[0]["SpecialToken"].is_object() && is_sequence_a((*single)[1]);
+  if (!with_bos && !(single->size() == 1 && is_sequence_a((*single)[0]))) {
     return unsupported(node.field("single"), single->dump(),
                        "gearbox adds the BOS itself: only the templates [BOS] $A and $A are implemented");
   }
-  return {};
+  if (!with_bos) return {};
+  if (bos_id >= 0) return unsupported(node.path(), "(a second template)", "one TemplateProcessing at most");
+  // The template names the token; special_tokens gives its id.
+  const Json& name = (*single)[0]["SpecialToken"]["id"];
+  const Json* specials = node.find("special_tokens");
+  const std::string field = node.field("special_tokens") + "[" + name.dump() + "]";
+  if (!name.is_string() || specials == nullptr || !specials->is_object() ||
+      !specials->contains(name.get<std::string>())) {
+    return malformed(field, "is missing: the template names a special token it does not define");
+  }
+  const Json& entry = (*specials)[name.get<std::string>()];
+  if (!entry.is_object() || !entry.contains("ids") || !entry["ids"].is_array() || entry["ids"].size() != 1) {
+    return unsupported(field, describe_json(entry), "a template token must be one id");
+  }
+  return read_id(entry["ids"][0], field + ".ids[0]", bos_id);
 }
 
 Status read_model(const Node& node, Bpe& bpe) {
@@ -482,7 +549,7 @@ Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
     GEARBOX_RETURN_IF_ERROR(read_decoder(Node(*v, "decoder"), t.decoder));
   }
   if (const Json* v = top.find("post_processor"); v != nullptr) {
-    GEARBOX_RETURN_IF_ERROR(read_post_processor(Node(*v, "post_processor")));
+    GEARBOX_RETURN_IF_ERROR(read_post_processor(Node(*v, "post_processor"), t.bos_id));
   }
   GEARBOX_RETURN_IF_ERROR(read_added_tokens(top.find("added_tokens"), t));
 

@@ -1,4 +1,9 @@
-// UTF-8 and string helpers of the tokenizer.json pipeline.
+// UTF-8 and string helpers of the tokenizer.json pipeline, and Unicode normalization.
+#include <cstdlib>
+#include <new>
+
+#include <utf8proc.h>
+
 #include "tokenizer_json_internal.h"
 
 namespace gearbox::cli::hf_json {
@@ -89,6 +94,60 @@ size_t white_space_start(std::string_view s, size_t end) {
 size_t white_space_end(std::string_view s, size_t start) {
   while (start < s.size() && is_white_space(code_point(s, start))) start += char_length(s, start);
   return start;
+}
+
+std::string nfc(std::string_view s) {
+  utf8proc_uint8_t* out = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()), static_cast<utf8proc_ssize_t>(s.size()), &out,
+                   static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n == UTF8PROC_ERROR_NOMEM) throw std::bad_alloc();
+  if (n < 0) {
+    std::free(out);         // NOLINT(cppcoreguidelines-no-malloc): utf8proc allocates with malloc
+    return std::string(s);  // not reached: the text is valid UTF-8
+  }
+  std::string result(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
+  std::free(out);  // NOLINT(cppcoreguidelines-no-malloc)
+  return result;
+}
+
+std::string utf8_lossy(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size());
+  for (size_t i = 0; i < bytes.size();) {
+    if (const size_t n = utf8_sequence_length(bytes, i); n > 0) {
+      out.append(bytes.substr(i, n));
+      i += n;
+      continue;
+    }
+    // The maximal ill-formed part: a lead byte and the continuation bytes that may follow
+    // it, up to the first that may not.
+    const auto byte = [&](size_t k) { return static_cast<unsigned char>(bytes[k]); };
+    const unsigned char lead = byte(i);
+    size_t len = 1;
+    size_t need = 0;
+    unsigned char low = 0x80;
+    unsigned char high = 0xBF;
+    if (lead >= 0xC2 && lead <= 0xDF) {
+      need = 1;
+    } else if (lead >= 0xE0 && lead <= 0xEF) {
+      need = 2;
+      low = lead == 0xE0 ? 0xA0 : 0x80;
+      high = lead == 0xED ? 0x9F : 0xBF;
+    } else if (lead >= 0xF0 && lead <= 0xF4) {
+      need = 3;
+      low = lead == 0xF0 ? 0x90 : 0x80;
+      high = lead == 0xF4 ? 0x8F : 0xBF;
+    }
+    for (size_t k = 0; k < need && i + len < bytes.size(); ++k) {
+      const unsigned char b = byte(i + len);
+      if (b < (k == 0 ? low : 0x80) || b > (k == 0 ? high : 0xBF)) break;
+      ++len;
+    }
+    out += "\xEF\xBF\xBD";  // U+FFFD
+    i += len;
+  }
+  return out;
 }
 
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {

@@ -58,15 +58,19 @@ struct Variant {
   Json decode;  // [{"ids", "text"}]
 };
 
+// cases.json (the SentencePiece-style layouts) and bytelevel_cases.json (Llama 3, Qwen2, GPT-2;
+// python/tools/make_bytelevel_tokenizer_fixture.py).
 std::vector<Variant> load_variants() {
-  const Json cases = Json::parse(read_file(kTokenizerData + "/cases.json"), nullptr, /*allow_exceptions=*/false);
   std::vector<Variant> out;
-  if (cases.is_discarded() || !cases.contains("variants")) {
-    out.push_back({"missing_cases_json", "", Json::array(), Json::array()});  // fails below, visibly
-    return out;
-  }
-  for (const Json& v : cases["variants"]) {
-    out.push_back({v["name"].get<std::string>(), v["file"].get<std::string>(), v["encode"], v["decode"]});
+  for (const char* file : {"cases.json", "bytelevel_cases.json"}) {
+    const Json cases = Json::parse(read_file(kTokenizerData + "/" + file), nullptr, /*allow_exceptions=*/false);
+    if (cases.is_discarded() || !cases.contains("variants")) {
+      out.push_back({"missing_cases_json", "", Json::array(), Json::array()});  // fails below, visibly
+      continue;
+    }
+    for (const Json& v : cases["variants"]) {
+      out.push_back({v["name"].get<std::string>(), v["file"].get<std::string>(), v["encode"], v["decode"]});
+    }
   }
   return out;
 }
@@ -161,6 +165,29 @@ TEST(TokenizerJson, SpecialTokensAreMatchedLiterallyAndSkippedInDecode) {
   EXPECT_EQ(t.vocab_size(), 399);
 }
 
+// The token the post_processor's template puts first: Gemma's <bos>, Llama 3's
+// <|begin_of_text|> (inside a Sequence after ByteLevel), none for Qwen2 (ByteLevel only).
+TEST(TokenizerJson, BosIdComesFromThePostProcessorTemplate) {
+  EXPECT_EQ(load(gemma3_text()).bos_id(), 2);
+  const HfTokenizer llama3 = load(read_file(kTokenizerData + "/llama3.json"));
+  EXPECT_EQ(llama3.bos_id(), llama3.token_to_id("<|begin_of_text|>"));
+  EXPECT_GT(llama3.bos_id(), 255);
+  EXPECT_EQ(load(read_file(kTokenizerData + "/qwen2.json")).bos_id(), -1);
+  EXPECT_EQ(load(read_file(kTokenizerData + "/gemma3_plain.json")).bos_id(), -1);
+}
+
+// A regex that backtracks past PCRE2's match limit is an error, not a different split.
+TEST(TokenizerJson, RegexMatchLimitIsAnError) {
+  Json j = Json::parse(read_file(kTokenizerData + "/qwen2.json"));
+  j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(?:a|a)+[bc]|.";
+  const HfTokenizer t = load(j.dump());
+  EXPECT_TRUE(t.encode("ab").ok());
+  Result<std::vector<int64_t>> ids = t.encode(std::string(40, 'a') + "d");
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(ids.status().message().find("PCRE2"), std::string::npos) << ids.status().message();
+}
+
 TEST(TokenizerJson, RejectsTextThatIsNotUtf8) {
   const HfTokenizer t = load(gemma3_text());
   for (const std::string bad : {"\xff", "ok \xc3", "\xed\xa0\x80", "\xc0\xaf", "\xf4\x90\x80\x80"}) {
@@ -238,18 +265,33 @@ const ErrorCase kErrorCases[] = {
                                 j["normalizer"]["pattern"] = {{"Regex", "\\s+"}};
                               }); },
      StatusCode::kUnimplemented, "normalizer.pattern.Regex (a regular expression) is not supported"},
-    {"pre_tokenizer_byte_level",
+    {"pre_tokenizer_whitespace", [] { return edited([](Json& j) {
+                                        j["pre_tokenizer"] = {{"type", "Whitespace"}};
+                                      }); },
+     StatusCode::kUnimplemented, "pre_tokenizer.type 'Whitespace' is not supported"},
+    {"pre_tokenizer_byte_level_unknown_field",
+     [] {
+       return edited([](Json& j) {
+         j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"frobnicate", 1}};
+       });
+     },
+     StatusCode::kUnimplemented, "pre_tokenizer.frobnicate is not supported"},
+    {"pre_tokenizer_split_bad_regex",
      [] { return edited([](Json& j) {
-            j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "(\\p{L}"}};
           }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.type 'ByteLevel' is not supported"},
-    {"pre_tokenizer_split_invert", [] { return edited([](Json& j) { j["pre_tokenizer"]["invert"] = true; }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.invert true is not supported"},
-    {"pre_tokenizer_split_regex",
+     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex is not a regular expression gearbox can compile"},
+    // \w, \h, \b... mean other things in Oniguruma (the library's engine) than in PCRE2.
+    {"pre_tokenizer_split_regex_word",
      [] { return edited([](Json& j) {
-            j["pre_tokenizer"]["pattern"] = {{"Regex", " "}};
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "\\w+|\\s+"}};
           }); },
-     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex"},
+     StatusCode::kUnimplemented, "pre_tokenizer.pattern.Regex uses \\w"},
+    {"pre_tokenizer_split_regex_nested_class",
+     [] { return edited([](Json& j) {
+            j["pre_tokenizer"]["pattern"] = {{"Regex", "[a-z&&[^c]]"}};
+          }); },
+     StatusCode::kUnimplemented, "nests a character class"},
     {"metaspace_bad_scheme",
      [] {
        return edited([](Json& j) {
@@ -262,10 +304,10 @@ const ErrorCase kErrorCases[] = {
             j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "__"}};
           }); },
      StatusCode::kDataLoss, "pre_tokenizer.replacement must be one character"},
-    {"decoder_byte_level", [] { return edited([](Json& j) {
-                                  j["decoder"] = {{"type", "ByteLevel"}};
-                                }); },
-     StatusCode::kUnimplemented, "decoder.type 'ByteLevel' is not supported"},
+    {"decoder_wordpiece", [] { return edited([](Json& j) {
+                                 j["decoder"] = {{"type", "WordPiece"}};
+                               }); },
+     StatusCode::kUnimplemented, "decoder.type 'WordPiece' is not supported"},
     {"decoder_in_sequence", [] { return edited([](Json& j) {
                                    j["decoder"]["decoders"][2] = {{"type", "CTC"}};
                                  }); },
@@ -275,6 +317,17 @@ const ErrorCase kErrorCases[] = {
             j["post_processor"] = {{"type", "RobertaProcessing"}};
           }); },
      StatusCode::kUnimplemented, "post_processor.type 'RobertaProcessing' is not supported"},
+    {"post_processor_in_sequence",
+     [] {
+       return edited([](Json& j) {
+         j["post_processor"] = {{"type", "Sequence"},
+                                {"processors", {{{"type", "ByteLevel"}}, {{"type", "BertProcessing"}}}}};
+       });
+     },
+     StatusCode::kUnimplemented, "post_processor.processors[1].type 'BertProcessing' is not supported"},
+    {"post_processor_undefined_token",
+     [] { return edited([](Json& j) { j["post_processor"]["special_tokens"] = Json::object(); }); },
+     StatusCode::kDataLoss, "post_processor.special_tokens[\"<bos>\"] is missing"},
     {"post_processor_eos",
      [] {
        return edited([](Json& j) {
@@ -335,6 +388,84 @@ TEST(TokenizerJson, CompactRejectsInvalidJson) {
   Result<std::string> ok = compact_hf_json("{ \"a\" :  [1, 2] }");
   ASSERT_TRUE(ok.ok());
   EXPECT_EQ(*ok, "{\"a\":[1,2]}");
+}
+
+// ---- the BOS and EOS ids `gearbox build --hf` stores ------------------------------------------
+
+struct PromptTokensCase {
+  const char* name;
+  const char* checkpoint;  // a directory of data/parity; its tokenizer files are read
+  int64_t config_bos;
+  std::vector<int64_t> config_eos;
+  int64_t bos;
+  std::vector<int64_t> eos;
+};
+
+// The parity checkpoints' tokenizers (python/tools/make_bytelevel_tokenizer_fixture.py):
+// Llama 3 adds <|begin_of_text|> through its post_processor template, Qwen2/3 add nothing and
+// stop at <|endoftext|> (tokenizer_config.json's eos_token, which their configs lack),
+// Mistral adds <s> (add_bos_token). window_4x has only tokenizer.model: the config's ids.
+const PromptTokensCase kPromptTokensCases[] = {
+    {"llama3", "llama3_5x", 1, {2}, 1, {2}},
+    {"llama3_eos_list", "llama3_5x", 1, {7, 9}, 1, {7, 9, 2}},
+    {"qwen2", "qwen2_4x", -1, {}, -1, {91}},
+    {"qwen2_config_bos", "qwen2_4x", 91, {91}, -1, {91}},
+    {"qwen3", "qwen3_5x", -1, {}, -1, {75}},
+    {"mistral", "mistral_4x", 1, {2}, 1, {2}},
+    {"sentencepiece_only", "window_4x", 2, {1, 106}, 2, {1, 106}},
+};
+
+class PromptTokensOfCheckpoints : public testing::TestWithParam<PromptTokensCase> {};
+
+TEST_P(PromptTokensOfCheckpoints, FollowTheTokenizerFiles) {
+  const PromptTokensCase& c = GetParam();
+  const std::string dir = kData + "/parity/" + c.checkpoint;
+  std::optional<HfTokenizer> hf;
+  if (const std::string text = read_file(dir + "/tokenizer.json"); !text.empty()) hf.emplace(load(text));
+  Result<PromptTokens> got =
+      prompt_tokens(c.config_bos, c.config_eos, hf ? &*hf : nullptr, read_file(dir + "/tokenizer_config.json"));
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(got->bos, c.bos);
+  EXPECT_EQ(got->eos, c.eos);
+}
+
+INSTANTIATE_TEST_SUITE_P(TokenizerJson, PromptTokensOfCheckpoints, testing::ValuesIn(kPromptTokensCases),
+                         [](const testing::TestParamInfo<PromptTokensCase>& p) { return std::string(p.param.name); });
+
+TEST(TokenizerJson, PromptTokensAddBosTokenWinsOverTheTemplate) {
+  const HfTokenizer llama3 = load(read_file(kData + "/parity/llama3_5x/tokenizer.json"));
+  Result<PromptTokens> off = prompt_tokens(1, {2}, &llama3, R"({"add_bos_token": false, "bos_token": null})");
+  ASSERT_TRUE(off.ok()) << off.status().to_string();
+  EXPECT_EQ(off->bos, -1);
+  const HfTokenizer qwen2 = load(read_file(kData + "/parity/qwen2_4x/tokenizer.json"));
+  Result<PromptTokens> on = prompt_tokens(
+      -1, {}, &qwen2, R"({"add_bos_token": true, "bos_token": {"__type": "AddedToken", "content": "<|im_start|>"}})");
+  ASSERT_TRUE(on.ok()) << on.status().to_string();
+  EXPECT_EQ(on->bos, 92);
+  // Without a tokenizer.json gearbox reads, the names stay unresolved: the config's ids.
+  Result<PromptTokens> unread =
+      prompt_tokens(5, {6}, nullptr, R"({"add_bos_token": true, "bos_token": "[CLS]", "eos_token": "x"})");
+  ASSERT_TRUE(unread.ok()) << unread.status().to_string();
+  EXPECT_EQ(unread->bos, 5);
+  EXPECT_EQ(unread->eos, std::vector<int64_t>{6});
+}
+
+TEST(TokenizerJson, PromptTokensRejectMalformedTokenizerConfig) {
+  const HfTokenizer qwen2 = load(read_file(kData + "/parity/qwen2_4x/tokenizer.json"));
+  const std::pair<const char*, const char*> cases[] = {
+      {"[1]", "tokenizer_config.json is not a JSON object"},
+      {"{\"add_bos_token\": ", "tokenizer_config.json is not a JSON object"},
+      {R"({"add_bos_token": "yes"})", "add_bos_token must be true or false, got 'yes'"},
+      {R"({"eos_token": 3})", "eos_token must be a token"},
+      {R"({"eos_token": "<|nope|>"})", "eos_token '<|nope|>' is not a token of tokenizer.json"},
+      {R"({"add_bos_token": true, "bos_token": "<s>"})", "bos_token '<s>' is not a token of tokenizer.json"},
+  };
+  for (const auto& [config, message] : cases) {
+    Result<PromptTokens> got = prompt_tokens(-1, {}, &qwen2, config);
+    ASSERT_FALSE(got.ok()) << config;
+    EXPECT_EQ(got.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(got.status().message().find(message), std::string::npos) << got.status().message();
+  }
 }
 
 // The CLI test builds window_4x with tokenizer.json in place of tokenizer.model: the two
