@@ -317,7 +317,15 @@ class NetworkBuilder:
         """A `constant` node holding value (stored as a weight of its own)."""
         key = self.fresh(base)
         self.weights[key] = value.detach().contiguous().cpu()
-        return self.emit("constant", key, [], value.dtype, [key], out=key)
+        return self._scalar_view(self.emit("constant", key, [], value.dtype, [key], out=key), value)
+
+    def _scalar_view(self, name: str, value: torch.Tensor) -> str:
+        """Weights have rank 1 to 8: a 0-d value is stored as [1] and its constant node is
+        reshaped back to []."""
+        if value.dim() != 0:
+            return name
+        self.weights[self.desc["nodes"][-1]["weights"][0]] = value.detach().reshape(1).contiguous().cpu()
+        return self.emit("reshape", f"{name}.scalar", [name], value.dtype, attrs={"shape": []})
 
     def operand(self, arg, what: str) -> str:
         """The tensor name of a generic op's input: an IR tensor, or a parameter, buffer or
@@ -326,7 +334,8 @@ class NetworkBuilder:
             name = self.weight(arg)
             if name not in self._constants:
                 tensor = self.weights[name]
-                self._constants[name] = self.emit("constant", f"{arg.name}.constant", [], tensor.dtype, [name])
+                self._constants[name] = self._scalar_view(
+                    self.emit("constant", f"{arg.name}.constant", [], tensor.dtype, [name]), tensor)
             return self._constants[name]
         return self.tensor(arg, what)
 

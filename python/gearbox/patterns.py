@@ -69,7 +69,6 @@ class Rewriter:
             ("gated_mlp", (MUL,), self.gated_mlp),
             ("rope", (ADD,), self.rope),
             ("attention", (SDPA,), self.attention),
-            ("logit_softcap", ("aten.tanh.default",), self.logit_softcap),
         ):
             for node in list(self.graph.nodes):
                 if node.graph is not self.graph or not is_op(node, *anchor_ops) or not node.users:
@@ -338,33 +337,6 @@ class Rewriter:
             if isinstance(v, torch.Tensor) and v.dtype.is_floating_point and tuple(v.shape) == (d // 2,):
                 return n, v.double()
         return None
-
-    # ---- final logit soft-capping ----------------------------------------------------------
-
-    def _scaled_by(self, node, divide: bool) -> Optional[Tuple[Node, float]]:
-        """(x, c) when node is x / c (divide) or x * c, c a constant."""
-        node = strip_identity(node)
-        if divide and is_op(node, "aten.div.Tensor", "aten.div.Scalar"):
-            c = _scalar_arg(self.state, node.args[1])
-            return (node.args[0], c) if c else None
-        if is_op(node, MUL, "aten.mul.Scalar"):
-            for x, c in (node.args, node.args[::-1]):
-                c = _scalar_arg(self.state, c)
-                if c and isinstance(x, Node):
-                    return x, (1.0 / c if divide else c)
-        return None
-
-    def logit_softcap(self, node: Node) -> Optional[Node]:
-        """tanh(x / c) * c (Gemma's final_logit_softcapping) is recognized and left on
-        ExecuTorch: gearbox's IR has no tanh, and the report says so."""
-        inner = self._scaled_by(node.args[0], divide=True)
-        if inner is None or len(node.users) != 1:
-            return None
-        outer = self._scaled_by(next(iter(node.users)), divide=False)
-        if outer is None or outer[0] is not node or abs(outer[1] - inner[1]) > 1e-6 * abs(inner[1]):
-            return None
-        raise Miss(f"logit soft-capping tanh(x / {inner[1]:g}) * {inner[1]:g} has no gearbox op (the IR has no "
-                   "tanh); it stays on ExecuTorch")
 
     # ---- attention over a static KV cache --------------------------------------------------
 
