@@ -140,6 +140,14 @@ class DeviceBackend {
   /// tensors) at the precision `net` asks for (e.g. bf16 attention only for bf16 weights).
   virtual bool tactic_valid(const ir::Network& net, const ir::Node& node, uint32_t tactic,
                             std::span<const Dims> max_dims) const = 0;
+  /// tactic_valid without the tuner's preferences: whether `tactic` can run, whatever the
+  /// debug settings that narrow what the builder tries (e.g. GEARBOX_CUDA_FUSION=0, which
+  /// stops tuning stacked linears but still runs an engine that chose them). The check an
+  /// engine's tactics pass at load.
+  virtual bool tactic_runnable(const ir::Network& net, const ir::Node& node, uint32_t tactic,
+                               std::span<const Dims> max_dims) const {
+    return tactic_valid(net, node, tactic, max_dims);
+  }
   /// Scratch bytes `tactic` needs for `node` at `dims` (all tensors), monotonic in dims.
   virtual int64_t scratch_bytes(const ir::Network& net, const ir::Node& node, uint32_t tactic,
                                 std::span<const Dims> dims) const = 0;

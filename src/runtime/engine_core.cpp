@@ -24,7 +24,7 @@ Status check_tactics(const ir::Network& net, std::span<const Dims> max_dims, std
                      const DeviceBackend& device, const std::string& profile, const std::string& source) {
   for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
     const ir::Node& node = net.nodes[n];
-    if (!device.tactic_valid(net, node, tactics[n], max_dims)) {
+    if (!device.tactic_runnable(net, node, tactics[n], max_dims)) {
       return data_loss("profile " + profile + ", node " + node.name + ": tactic " + std::to_string(tactics[n]) + " ('" +
                        device.tactic_name(node, tactics[n]) + "') cannot run the node for every shape of " +
                        "the profile on this " + device_kind_name(device.kind()) + " device; " + source);

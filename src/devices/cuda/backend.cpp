@@ -242,6 +242,13 @@ class CudaBackend final : public DeviceBackend {
     return refine_by_rows(net, static_cast<const CudaWeights&>(weights), node, tactic, min_dims, max_dims, memo);
   }
 
+  bool tactic_runnable(const Network& net, const Node& node, uint32_t tactic,
+                       std::span<const Dims> max_dims) const override {
+    // Stacked linears run with fusion off too; only the tuner leaves them out then.
+    if (node.kind == OpKind::kLinear && is_stacked(tactic)) return stackable(net, node);
+    return tactic_valid(net, node, tactic, max_dims);
+  }
+
   bool tactic_valid(const Network& net, const Node& node, uint32_t tactic,
                     std::span<const Dims> max_dims) const override {
     switch (node.kind) {
