@@ -459,7 +459,9 @@ class Rewriter:
         if b.get("is_causal"):
             raise Miss("attention with both a mask and is_causal")
         window = None
-        for start, length in self._samples(rows):
+        # The latest call first: its positions reach past any window shorter than the cache,
+        # so the window is read where it binds (an early prompt inside the window looks causal).
+        for start, length in reversed(self._samples(rows)):
             given = self._sample_inputs(start, length, t_extent)
             try:
                 got = evaluate([mask, positions] + list(indices), self.state, given)

@@ -43,10 +43,13 @@ MODELS = {
         "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 16}),
     "linear_rope": lambda: transformers.LlamaConfig(**COMMON, rope_scaling={"rope_type": "linear", "factor": 4.0}),
-    # tanh(x / c) * c after the lm_head has no gearbox op: it stays on ExecuTorch
+    # tanh(x / c) * c after the lm_head: generic unary ops
     "gemma3_softcap": lambda: transformers.Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=4,
                                                             layer_types=["sliding_attention", "full_attention"],
                                                             final_logit_softcapping=3.0),
+    # a window longer than the pattern's first sample prompt (12) and shorter than the cache
+    "gemma3_wide_window": lambda: transformers.Gemma3TextConfig(**COMMON, head_dim=16, sliding_window=16,
+                                                                layer_types=["sliding_attention", "full_attention"]),
 }
 LEFT_ON_EXECUTORCH = {}  # name: (compute nodes left on ExecuTorch, what the report says)
 STEPS = [([3, 17, 42, 9, 100, 5], 0), ([77], 6), ([12], 7), ([1], 8)]  # a prompt, then decode
