@@ -312,6 +312,9 @@ def _emit_full(node, nb):
     kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype",)}
     op = getattr(node.target, "_op", node.target)
     value = op(*node.args, **kwargs)
+    if value.dim() == 0:  # weights have rank 1 to 8: a [1] constant reshaped to []
+        nb.add("reshape", node, [nb.constant(value.reshape(1), f"{node.name}.value")], attrs={"shape": []})
+        return
     key = nb.fresh(f"{node.name}.value")
     nb.weights[key] = value.contiguous()
     nb.add("constant", node, [], weights=[key])

@@ -97,7 +97,14 @@ def inputs(name: str, t: int):
     return (x, causal_mask(t)) if name == "masked" else (x,)
 
 
-MODELS = {"mlp": Mlp, "causal": lambda: SdpaBlock(True), "masked": lambda: SdpaBlock(False),
+class Scalars(nn.Module):
+    """0-d tensors made in the graph (a full of shape []) broadcast into an activation."""
+
+    def forward(self, x):
+        return torch.where(x > 0, x, torch.full((), -2.0)) * 3.0
+
+
+MODELS = {"scalars": Scalars, "mlp": Mlp, "causal": lambda: SdpaBlock(True), "masked": lambda: SdpaBlock(False),
           "encoder": EncoderLayer, "cumsum": CumsumBetween}
 
 

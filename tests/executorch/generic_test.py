@@ -245,7 +245,7 @@ class ModelTest(unittest.TestCase):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name} at length {t}: {m}")
 
     def test_models_lower_fully_and_match_eager(self):
-        for name in ("mlp", "causal", "masked", "encoder"):
+        for name in ("scalars", "mlp", "causal", "masked", "encoder"):
             with self.subTest(name):
                 model, program, report = self.lower(name)
                 self.assertEqual(report.left_compute, 0, report.text())
