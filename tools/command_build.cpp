@@ -223,7 +223,8 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
     // gearbox cannot use is kept (generate then names what it lacks) but warned about.
     std::string hf_json;
     std::optional<Tokenizer> hf_tokenizer;
-    Result<std::optional<std::string>> hf_text = read_optional_input(o.hf + "/tokenizer.json", InputKind::kTokenizerJson);
+    Result<std::optional<std::string>> hf_text =
+        read_optional_input(o.hf + "/tokenizer.json", InputKind::kTokenizerJson);
     if (!hf_text.ok()) return fail("build", hf_text.status());
     if (*hf_text) {
       Result<std::string> compact = compact_hf_json(**hf_text);
