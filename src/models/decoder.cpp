@@ -66,7 +66,7 @@ class NetBuilder {
     n.name = name;
     n.inputs = std::move(inputs);
     n.weights = std::move(weights);
-    n.attrs = attrs;
+    n.attrs = std::move(attrs);
     for (size_t o = 0; o < outputs; ++o)
       n.outputs.push_back(tensor(name + (outputs > 1 ? "." + std::to_string(o) : "")));
     net_.nodes.push_back(std::move(n));
@@ -75,7 +75,7 @@ class NetBuilder {
 
   int32_t one(OpKind kind, const std::string& name, std::vector<int32_t> inputs, std::vector<int32_t> weights,
               ir::OpAttrs attrs = {}) {
-    return node(kind, name, std::move(inputs), std::move(weights), 1, attrs)[0];
+    return node(kind, name, std::move(inputs), std::move(weights), 1, std::move(attrs))[0];
   }
 
   const Status& status() const { return status_; }
