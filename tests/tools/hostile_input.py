@@ -535,7 +535,7 @@ def engine_weight_dtype_i32(ctx):
     engine = ctx.copy_mini()
     edited = ctx.path("edited.gbx")
     ctx.edit("weight-dtype", engine, edited, "model.embed_tokens.weight", "i32")
-    return [(["inspect", edited], fail(), r"'model.embed_tokens.weight' has dtype i32; weights are f32, bf16 or f16"),
+    return [(["inspect", edited], fail(), r"'model.embed_tokens.weight' has dtype i32; weights an op computes with are f32, bf16 or f16"),
             (["run", edited, "--seq", "1", "--device", "cpu"], fail(), r"has dtype i32")]
 
 
