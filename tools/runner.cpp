@@ -30,12 +30,14 @@ Result<Runner> Runner::open(const std::string& path, DeviceKind device) {
   if (!vocab.ok()) return data_loss(path + ": the engine does not record its vocabulary (model.vocab)");
   Result<Session> session = Session::create(*engine);
   if (!session.ok()) return session.status();
+  if (Status s = session->warm_up(); !s.ok()) return s;
   return Runner(std::move(*engine), std::move(*session), *vocab);
 }
 
 Status Runner::reset() {
   Result<Session> session = Session::create(engine_);
   if (!session.ok()) return session.status();
+  if (Status s = session->warm_up(); !s.ok()) return s;
   session_ = std::move(*session);
   return {};
 }

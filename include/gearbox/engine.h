@@ -229,6 +229,16 @@ class GEARBOX_API Session {
   /// The same with outputs placed by the caller once their shapes are known.
   Status run(std::span<const TensorView> inputs, std::span<const OutputSink> outputs, const RunOptions& options = {});
 
+  /// Prepares every profile before the first request: runs each once with placeholder
+  /// inputs (a profile whose shapes vary, at the extents its device names: on CUDA, one per
+  /// bucket of row counts its GEMMs choose algorithms by), so that loading kernels, choosing
+  /// algorithms and capturing graphs happen here and not inside a request. The session is
+  /// then on the profile it was on; its KV cache holds placeholder rows, which no call reads
+  /// before writing them (as after create). The CLI and the ExecuTorch delegate call it when
+  /// they create a session; a caller of create whose first request is latency-bound should.
+  /// Errors: kDeviceError where the device failed (the session is then unusable).
+  Status warm_up();
+
   /// The profile the last run used (0 before any run).
   int32_t active_profile() const;
   /// Waits for the session's in-flight work; returns its error, if any.

@@ -101,6 +101,9 @@ struct NetworkLaunch {
   /// Every input's shape is fixed by the profile (min == max): the device may capture the
   /// launch once and replay it (a CUDA graph) while the addresses stay the same.
   bool static_shapes = false;
+  /// The call is Session::warm_up's: it prepares what later calls of this shape need and
+  /// must leave no per-shape trace that changes how a later call runs (a shape it met).
+  bool warm_up = false;
 };
 
 class DeviceBackend {
@@ -167,6 +170,11 @@ class DeviceBackend {
   }
   /// Per-context state for `profiles` profiles; null when the device keeps none.
   virtual Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const = 0;
+  /// The extents Session::warm_up runs a profile's varying extent at, given its bounds: the
+  /// shapes whose first call would otherwise load kernels, choose algorithms or capture
+  /// graphs inside a request. The default runs the smallest only (nothing of this device
+  /// depends on the shape).
+  virtual std::vector<int64_t> warm_up_extents(int64_t min, int64_t /*opt*/, int64_t /*max*/) const { return {min}; }
   /// How the outputs of the execution context described by `spec` reach host memory. The
   /// default: each host output is written into device staging of its largest size
   /// (allocated here) and copied to the caller's memory after the network. Errors: those of

@@ -195,24 +195,112 @@ Status EngineHandle::execute(std::span<const TensorView> inputs, std::span<const
   // 4. Select.
   Result<int32_t> profile = choose_profile(dims, default_request);
   if (!profile.ok()) return profile.status();
+  GEARBOX_RETURN_IF_ERROR(run_profile(inputs, dims, outputs, *profile, stream, false));
+  if (ran_profile != nullptr) *ran_profile = *profile;
+  return {};
+}
+
+Status EngineHandle::run_profile(std::span<const TensorView> inputs, std::span<const Dims> dims,
+                                 std::span<const OutputArg> outputs, int32_t profile, StreamImpl& stream,
+                                 bool warm_up) {
   // 5. Validate against the chosen profile and the model.
-  GEARBOX_RETURN_IF_ERROR(validate(inputs, dims, *profile));
+  GEARBOX_RETURN_IF_ERROR(validate(inputs, dims, profile));
   // 6. Switch only on a change; from here on work may be in flight.
-  GEARBOX_RETURN_IF_ERROR(switch_profile(*profile, stream));
+  GEARBOX_RETURN_IF_ERROR(switch_profile(profile, stream));
   if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kAfterSwitch));
   // 7. Shapes, outputs, bindings.
   PackedInputs packed;
   GEARBOX_RETURN_IF_ERROR(bind_inputs(inputs, dims, packed));
-  Result<bool> any_host = bind_outputs(outputs, *profile);
+  Result<bool> any_host = bind_outputs(outputs, profile);
   if (!any_host.ok()) return any_host.status();
   if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
   // 8. Host inputs in, then the network.
-  GEARBOX_RETURN_IF_ERROR(enqueue(inputs, dims, packed, stream));
+  GEARBOX_RETURN_IF_ERROR(enqueue(inputs, dims, packed, stream, warm_up));
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
   // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
-  GEARBOX_RETURN_IF_ERROR(*any_host ? deliver_host_outputs(stream) : mark_inflight(stream));
-  if (ran_profile != nullptr) *ran_profile = *profile;
-  return {};
+  return *any_host ? deliver_host_outputs(stream) : mark_inflight(stream);
+}
+
+std::vector<std::vector<Dims>> EngineHandle::warm_up_shapes(int32_t profile) const {
+  const std::vector<InputProfileBounds>& bounds = table_.bounds[static_cast<size_t>(profile)];
+  // The profile's varying extent: the first input dim whose bounds differ. Every varying dim
+  // takes the same extent, clamped to its own bounds (inputs share their sequence extent).
+  std::vector<int64_t> extents;
+  for (const InputProfileBounds& b : bounds) {
+    for (int32_t d = 0; d < b.min.rank() && extents.empty(); ++d) {
+      if (b.min[d] != b.max[d]) extents = engine_->device().warm_up_extents(b.min[d], b.opt[d], b.max[d]);
+    }
+  }
+  if (extents.empty()) extents.push_back(0);  // nothing varies: the opt shape
+  std::vector<std::vector<Dims>> shapes;
+  for (const int64_t extent : extents) {
+    std::vector<Dims> dims;
+    for (const InputProfileBounds& b : bounds) {
+      std::vector<int64_t> d(b.opt.extents().begin(), b.opt.extents().end());
+      for (int32_t k = 0; k < b.opt.rank(); ++k) {
+        if (b.min[k] != b.max[k]) d[static_cast<size_t>(k)] = std::clamp(extent, b.min[k], b.max[k]);
+      }
+      dims.emplace_back(std::span<const int64_t>(d));
+    }
+    if (std::find(shapes.begin(), shapes.end(), dims) == shapes.end()) shapes.push_back(std::move(dims));
+  }
+  return shapes;
+}
+
+Status EngineHandle::warm_up() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GEARBOX_RETURN_IF_ERROR(wait_inflight());
+  StreamImpl& stream = *own_stream_;
+  const int32_t was_on = context_->profile();
+  const std::span<const BindingInfo> bindings = engine_->inputs();
+  for (int32_t p = 0; p < table_.size(); ++p) {
+    for (const std::vector<Dims>& dims : warm_up_shapes(p)) {
+      // Placeholder inputs the model accepts: zeros, and for a bounded integer input (token
+      // ids, positions) 0, 1, 2 ... along its last dim, below its bound.
+      std::vector<std::vector<std::byte>> data(bindings.size());
+      std::vector<TensorView> inputs;
+      for (size_t i = 0; i < bindings.size(); ++i) {
+        data[i].assign(static_cast<size_t>(ir::tensor_bytes(dims[i], bindings[i].dtype)), std::byte{0});
+        const int64_t limit = engine_->input_value_limit(i);
+        const int64_t count = dims[i].volume();
+        const int64_t row = dims[i].rank() > 0 ? std::max<int64_t>(dims[i][dims[i].rank() - 1], 1) : 1;
+        for (int64_t k = 0; limit > 0 && k < count; ++k) {
+          const int64_t v = (k % row) % limit;
+          if (bindings[i].dtype == DataType::kI64) {
+            reinterpret_cast<int64_t*>(data[i].data())[k] = v;
+          } else if (bindings[i].dtype == DataType::kI32) {
+            reinterpret_cast<int32_t*>(data[i].data())[k] = static_cast<int32_t>(v);
+          }
+        }
+        inputs.push_back({data[i].data(), bindings[i].dtype, dims[i]});
+      }
+      std::vector<std::vector<std::byte>> results(engine_->outputs().size());
+      std::vector<OutputArg> outputs;
+      for (size_t o = 0; o < results.size(); ++o) {
+        OutputArg arg;
+        arg.dtype = engine_->outputs()[o].dtype;
+        arg.memory = MemoryKind::kHost;
+        arg.prepare = [&results, o, dtype = arg.dtype](const Dims& out) -> Result<void*> {
+          results[o].resize(static_cast<size_t>(std::max<int64_t>(ir::tensor_bytes(out, dtype), 1)));
+          return static_cast<void*>(results[o].data());
+        };
+        outputs.push_back(std::move(arg));
+      }
+      const Status s = run_profile(inputs, dims, outputs, p, stream, true);
+      if (s.ok()) continue;
+      const std::string where =
+          "warming up profile " + engine_->describe_profile(p) + " at " + dims_list(bindings, dims);
+      // A shape the model refuses (inputs whose extents must relate otherwise) is skipped:
+      // nothing ran. A device failure is the session's and is returned.
+      if (s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kOutOfRange) {
+        GEARBOX_LOG(kDebug, "%s: skipped, %s", where.c_str(), s.to_string().c_str());
+        continue;
+      }
+      return s.with_context(where);
+    }
+  }
+  GEARBOX_RETURN_IF_ERROR(switch_profile(was_on, stream));
+  return wait_inflight();
 }
 
 Result<StreamImpl*> EngineHandle::pick_stream(StreamImpl* caller_stream) const {
@@ -318,7 +406,7 @@ Result<bool> EngineHandle::bind_outputs(std::span<const OutputArg> outputs, int3
 }
 
 Status EngineHandle::enqueue(std::span<const TensorView> inputs, std::span<const Dims> dims, const PackedInputs& packed,
-                             StreamImpl& stream) {
+                             StreamImpl& stream, bool warm_up) {
   // From the first copy on, work reads the staging buffers: a failure drains the stream
   // before it returns, so that the next call may overwrite them.
   const auto drain = [&](const Status& s) {
@@ -346,7 +434,7 @@ Status EngineHandle::enqueue(std::span<const TensorView> inputs, std::span<const
       return drain(copied);
     }
   }
-  if (Status enqueued = context_->enqueue(stream); !enqueued.ok()) return drain(enqueued);
+  if (Status enqueued = context_->enqueue(stream, warm_up); !enqueued.ok()) return drain(enqueued);
   return {};
 }
 

@@ -48,6 +48,9 @@ class EngineHandle {
   /// `ran_profile`, when given, receives the profile a successful call ran.
   Status execute(std::span<const TensorView> inputs, std::span<const OutputArg> outputs, StreamImpl* stream,
                  const ProfileRequest* default_request = nullptr, int32_t* ran_profile = nullptr);
+  /// Session::warm_up: runs every profile at warm_up_shapes with placeholder inputs and host
+  /// outputs, then returns the context to the profile it was on.
+  Status warm_up();
   /// Waits for in-flight work; returns its error.
   Status synchronize();
   /// The profile the context is on.
@@ -80,6 +83,12 @@ class EngineHandle {
   /// 4: the profile for `dims` (the guard's request, else `default_request`, else the
   /// handle's default); an error naming the profiles there are when none fits.
   Result<int32_t> choose_profile(std::span<const Dims> dims, const ProfileRequest* default_request);
+  /// 5 to 9 on `profile`; warm_up: the launch is Session::warm_up's (NetworkLaunch::warm_up).
+  Status run_profile(std::span<const TensorView> inputs, std::span<const Dims> dims, std::span<const OutputArg> outputs,
+                     int32_t profile, StreamImpl& stream, bool warm_up);
+  /// The input shapes warm_up runs `profile` at: its opt shape where nothing varies, else
+  /// one per extent DeviceBackend::warm_up_extents names for its varying extent.
+  std::vector<std::vector<Dims>> warm_up_shapes(int32_t profile) const;
   /// 5: the inputs against the profile's bounds, and host token ids / positions against the model.
   Status validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const;
   /// 6: switches the context to `profile` when it is on another, and marks in-flight.
@@ -91,7 +100,7 @@ class EngineHandle {
   Result<bool> bind_outputs(std::span<const OutputArg> outputs, int32_t profile);
   /// 8: copies the host inputs in and enqueues the network; a failure drains the stream.
   Status enqueue(std::span<const TensorView> inputs, std::span<const Dims> dims, const PackedInputs& packed,
-                 StreamImpl& stream);
+                 StreamImpl& stream, bool warm_up);
   /// 9, with host outputs: delivers them (drained), then reports a bad device-resident input.
   Status deliver_host_outputs(StreamImpl& stream);
   /// 6 and 9 without host outputs: records the in-flight event; a failed record drains the

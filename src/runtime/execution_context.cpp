@@ -95,7 +95,7 @@ Status ExecutionContext::set_tensor_address(size_t binding, void* address) {
   return {};
 }
 
-Status ExecutionContext::enqueue(StreamImpl& stream) {
+Status ExecutionContext::enqueue(StreamImpl& stream, bool warm_up) {
   GEARBOX_RETURN_IF_ERROR(infer());
   const ir::Network& net = engine_->network();
   const MemoryPlan& plan = engine_->memory_plan(profile_);
@@ -118,6 +118,7 @@ Status ExecutionContext::enqueue(StreamImpl& stream) {
   launch.context = device_state_.get();
   launch.profile = profile_;
   launch.static_shapes = static_profile_[static_cast<size_t>(profile_)];
+  launch.warm_up = warm_up;
   return engine_->device().enqueue_network(net, engine_->weights(), std::move(launch), stream);
 }
 

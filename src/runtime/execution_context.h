@@ -38,8 +38,8 @@ class ExecutionContext {
   /// Binds `binding` (inputs first, then outputs) to device memory at `address`.
   Status set_tensor_address(size_t binding, void* address);
   /// Enqueues the network on `stream`. Errors: kFailedPrecondition for a missing shape or
-  /// address, or the stream's sticky error.
-  Status enqueue(StreamImpl& stream);
+  /// address, or the stream's sticky error. warm_up: NetworkLaunch::warm_up.
+  Status enqueue(StreamImpl& stream, bool warm_up = false);
   /// After waiting for the enqueued work: the fault the device recorded for a device-resident
   /// input, once (DeviceBackend::take_input_fault).
   Status take_input_fault() { return engine_->device().take_input_fault(device_state_.get()); }

@@ -121,6 +121,7 @@ Status Session::run(std::span<const TensorView> inputs, std::span<const OutputSi
                           options.default_request ? &*options.default_request : nullptr, options.ran_profile);
 }
 
+Status Session::warm_up() { return handle_->warm_up(); }
 int32_t Session::active_profile() const { return handle_->active_profile(); }
 Status Session::synchronize() { return handle_->synchronize(); }
 

@@ -218,10 +218,46 @@ TEST(CudaEngine, PrefillShapesThatComeBackReplayACapturedGraph) {
   EXPECT_EQ(captures, internal::settings().cuda_shape_graphs ? 7 : 0);
 }
 
+// Session::warm_up runs the prefill profile at its buckets' top row counts launch by launch
+// and records none of them as a shape met: a request's first call of such a length then runs
+// launch by launch too, and only its second captures a graph. Results match the CPU's.
+TEST(CudaEngine, AWarmUpIsNoShapeMet) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  models::Gemma3Config c = tiny_config();
+  c.dtype = DataType::kBF16;
+  TestEngine cuda = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCuda);
+  TestEngine cpu = make_engine(c, decode_prefill_profiles(32), 11, DeviceKind::kCpu);
+  Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  const Status warmed = gpu->warm_up();
+  ASSERT_TRUE(warmed.ok()) << warmed.to_string();
+  EXPECT_EQ(gpu->active_profile(), 0);
+  int64_t position = 0;
+  // 16 tokens: the prefill profile's opt and a bucket's top, which the warm-up ran.
+  auto captures_of_a_call = [&] {
+    const std::vector<std::string> lines = debug_lines([&] {
+      std::vector<int64_t> ids;
+      for (int64_t i = 0; i < 16; ++i) ids.push_back((position * 13 + i * 7 + 5) % c.vocab);
+      const TokenInputs call(ids, position);
+      EXPECT_LT(relative_error(run(*gpu, call, ProfileRequest::named("prefill")),
+                               run(*ref, call, ProfileRequest::named("prefill"))),
+                2e-2)
+          << "16 tokens at position " << position;
+      position += 16;
+    });
+    return std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+      return l.find("captured a graph for a shape it met before") != std::string::npos;
+    });
+  };
+  EXPECT_EQ(captures_of_a_call(), 0) << "the first call of the length";
+  EXPECT_EQ(captures_of_a_call(), internal::settings().cuda_shape_graphs ? 1 : 0) << "the second";
+}
+
 // A profile whose row count spans several buckets (here 1 to 300 tokens: buckets to 16, 32,
 // ... 512) stores, for each cuBLASLt linear, a row-bucketed tactic: the heuristic each
-// bucket's timing chose (devices/cuda/linear_tactics.h). Whatever heuristic a bucket names,
-// prompts of 9, 40 and 300 tokens give the CPU's logits.
+// bucket's timing chose (devices/cuda/linear_tactics.h), taken from the heuristics at the
+// bucket's top row count for every row count in it. Whatever heuristic a bucket names,
+// prompts at, below and just above bucket tops give the CPU's logits.
 TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
   if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
   Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
@@ -265,7 +301,7 @@ TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
     ASSERT_TRUE(built.ok());
     Result<Engine> engine = load_on_cuda(forced ? *desc : *built, model->payload);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
-    for (int64_t T : {9, 40, 300}) {
+    for (int64_t T : {2, 9, 16, 17, 40, 100, 129, 300}) {
       std::vector<int64_t> ids;
       for (int64_t i = 0; i < T; ++i) ids.push_back((i * 31 + 7) % c.vocab);
       const TokenInputs prompt(ids, 0);

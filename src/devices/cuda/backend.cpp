@@ -366,6 +366,20 @@ class CudaBackend final : public DeviceBackend {
     return cuda::make_host_outputs(*this, spec, std::move(routes));
   }
 
+  /// The smallest, opt and largest extent, and every row bucket's top between them: a GEMM
+  /// takes its algorithms from its bucket's top (CudaContextState::algo_rows), so these
+  /// calls choose and load every kernel the profile's calls run.
+  std::vector<int64_t> warm_up_extents(int64_t min, int64_t opt, int64_t max) const override {
+    std::vector<int64_t> extents = {min, opt, max};
+    for (int b = 0; b < cuda::linear_tactics::kRowBuckets; ++b) {
+      const int64_t top = cuda::linear_tactics::bucket_top(b);
+      if (top > min && top < max) extents.push_back(top);
+    }
+    std::sort(extents.begin(), extents.end());
+    extents.erase(std::unique(extents.begin(), extents.end()), extents.end());
+    return extents;
+  }
+
   Result<std::unique_ptr<DeviceContextState>> create_context_state(int32_t profiles) const override {
     auto state = std::make_unique<CudaContextState>();
     {
@@ -434,7 +448,8 @@ class CudaBackend final : public DeviceBackend {
     if (state == nullptr) return run_all(net, w, launch, s, w.steps);
     const auto profile = static_cast<size_t>(launch.profile);
     if (launch.static_shapes) return launch_profile_graph(net, w, launch, state->graphs[profile], w.steps, s);
-    if (!settings().cuda_shape_graphs) return run_all(net, w, launch, s, w.steps);
+    // A warm-up call is no shape met: it must not make a request's call of its shape capture.
+    if (!settings().cuda_shape_graphs || launch.warm_up) return run_all(net, w, launch, s, w.steps);
     return launch_shape_graph(net, w, launch, state->shape_graphs[profile], w.steps, s);
   }
 

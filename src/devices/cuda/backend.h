@@ -144,14 +144,29 @@ class CudaContextState final : public DeviceContextState {
   std::vector<ShapeGraphs> shape_graphs;  // per profile (those whose shapes vary)
   // Per network output: the progress slots its GEMV fills this call (HostOutputs::bind).
   std::vector<cuda::OutputProgress> host_progress;
-  // cuBLASLt heuristics per (M, N, K, weight type, output type), so a call needs no host-side
-  // query.
+  // cuBLASLt heuristics per (rows, N, K, weight type, output type), rows being algo_rows(M),
+  // so a call needs no host-side query once its bucket has been met (Session::warm_up meets
+  // them all).
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
 
-  /// The index-th heuristic of the shape; out: the GEMM's output type (f32, or `type` for
-  /// run_converted_rounded).
+  /// The row count a GEMM of m rows takes its algorithms from: its row bucket's top
+  /// (linear_tactics.h), the count the builder timed the bucket's heuristics at. One list per
+  /// bucket, not per m, so that a prompt of a length never met before runs kernels already
+  /// loaded and chosen. One row keeps its own list (the one-token call of a prefill
+  /// profile); counts above the last bucket's top keep theirs.
+  static int64_t algo_rows(int64_t m) {
+    using cuda::linear_tactics::bucket_top;
+    using cuda::linear_tactics::kRowBuckets;
+    using cuda::linear_tactics::row_bucket;
+    if (m <= 1 || m > bucket_top(kRowBuckets - 1)) return m;
+    return bucket_top(row_bucket(m));
+  }
+
+  /// The index-th heuristic for a GEMM of m rows (its algo_rows); out: the GEMM's output type
+  /// (f32, or `type` for run_converted_rounded).
   Result<const cublasLtMatmulAlgo_t*> algo(int64_t m, int64_t n, int64_t k, DataType type, size_t index,
                                            DataType out = DataType::kF32) {
+    m = algo_rows(m);
     auto key = std::make_tuple(m, n, k, static_cast<int>(type), static_cast<int>(out));
     auto it = algos.find(key);
     if (it == algos.end()) {
