@@ -1,13 +1,16 @@
-// gearbox bench: what each profile is worth. Decode ms/token on every profile that takes
-// one token (logits copied to the host, left in device memory, and written into page-locked
-// host memory), prefill latency at several lengths, the switch cost (end to end, and the
-// host time a switch adds to a call) and its break-even, and rounds of 1 prefill + N decodes
-// with switching vs on the prefill profile only.
+// gearbox bench: what each profile is worth, and what a user meets. The engine's load time;
+// the first prefill and the first decode of a new session against warm calls; decode
+// ms/token on every profile that takes one token (logits copied to the host, left in device
+// memory, and written into page-locked host memory); prefill latency at several lengths,
+// and at many lengths each seen for the first time against the same lengths repeated; the
+// switch cost (end to end, and the host time a switch adds to a call) and its break-even;
+// and rounds of 1 prefill + N decodes with switching vs on the prefill profile only.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <span>
 
@@ -45,6 +48,44 @@ std::vector<int64_t> ids(int64_t n, int64_t vocab) {
   return v;
 }
 
+// The median of warm calls: the first two are left out when more than four remain.
+double warm_median(std::vector<double> ms) {
+  if (ms.size() > 4) ms.erase(ms.begin(), ms.begin() + 2);
+  return stats(std::move(ms)).median;
+}
+
+// Up to `count` distinct prefill lengths spread evenly over [kShortest, longest], none of
+// them in `seen` (lengths the process ran already), in a fixed shuffled order: a user's
+// prompts do not come sorted, and an ascending order would make every length the longest so
+// far. Fewer when the range holds fewer.
+constexpr int64_t kShortest = 16;
+std::vector<int64_t> distinct_lengths(int64_t count, int64_t longest, const std::vector<int64_t>& seen) {
+  std::vector<int64_t> candidates;
+  for (int64_t len = kShortest; len <= longest; ++len) {
+    if (std::find(seen.begin(), seen.end(), len) == seen.end()) candidates.push_back(len);
+  }
+  const auto c = static_cast<int64_t>(candidates.size());
+  if (count <= 0 || c == 0) return {};
+  std::vector<int64_t> picked;
+  if (count >= c) {
+    picked = candidates;
+  } else if (count == 1) {
+    picked.push_back(candidates[static_cast<size_t>(c / 2)]);
+  } else {
+    for (int64_t k = 0; k < count; ++k) picked.push_back(candidates[static_cast<size_t>(k * (c - 1) / (count - 1))]);
+  }
+  // Fisher-Yates with splitmix64 from a fixed seed: the same order on every run and library.
+  uint64_t state = 35;
+  auto next = [&state] {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  for (size_t i = picked.size(); i > 1; --i) std::swap(picked[i - 1], picked[next() % i]);
+  return picked;
+}
+
 // Device copy bandwidth (bytes read + written per second) over a buffer larger than caches.
 Result<double> copy_bandwidth(const Engine& engine) {
   const int64_t bytes = engine.device() == DeviceKind::kCuda ? (int64_t{1} << 30) : (int64_t{1} << 28);
@@ -75,6 +116,7 @@ struct BenchArgs {
   int64_t steps = 64;
   int64_t rounds = 5;
   int64_t round_decodes = 64;
+  int64_t distinct = 40;
 };
 
 // A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
@@ -86,6 +128,7 @@ int run_bench(const BenchArgs& o) {
   if (context < 1 || steps < 1 || rounds < 1 || round_decodes < 1) {
     return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
   }
+  if (o.distinct < 0) return fail("bench", invalid_argument("--distinct-lengths must be >= 0"), 2);
   // The outputs are checked before the benchmark runs, not after.
   if (!o.json_path.empty() && o.json_path == o.svg_path) {
     return fail("bench", invalid_argument("--json and --svg name the same file '" + o.json_path + "'"), 2);
@@ -99,9 +142,16 @@ int run_bench(const BenchArgs& o) {
   // Device memory the engine and its session take, against what they are made of.
   const bool cuda = *device == DeviceKind::kCuda;
   const Result<int64_t> used_before = cuda ? internal::cuda_memory_in_use() : Result<int64_t>(int64_t{0});
+  // Load time: the engine read, its weights uploaded, and a session created (Runner::open).
+  const auto open_start = std::chrono::steady_clock::now();
   Result<Runner> opened = Runner::open(file, *device);
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
   if (!opened.ok()) return fail("bench", opened.status());
   Runner& r = *opened;
+  std::error_code size_error;
+  const auto file_bytes = std::filesystem::file_size(file, size_error);
+  const double file_gb = size_error ? 0.0 : static_cast<double>(file_bytes) / 1e9;
   double memory_overhead = -1;
   if (cuda && r.engine().device() == DeviceKind::kCuda && used_before.ok()) {
     const Result<int64_t> used_after = internal::cuda_memory_in_use();
@@ -129,16 +179,6 @@ int run_bench(const BenchArgs& o) {
       context > max_context - steps - round_decodes) {
     return fail("bench", invalid_argument("--context plus decode steps exceed the engine's context"), 2);
   }
-  const double weight_gb = static_cast<double>(r.engine().weight_bytes()) / 1e9;
-  Result<double> bandwidth = copy_bandwidth(r.engine());
-  if (!bandwidth.ok()) return fail("bench", bandwidth.status());
-  std::printf("engine %s on %s: %.3f GB of weights; device copy bandwidth %.0f GB/s\n", file.c_str(),
-              device_kind_name(r.engine().device()), weight_gb, *bandwidth / 1e9);
-  nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
-                                 {"weight_gb", json_number(weight_gb)},
-                                 {"copy_gb_s", json_number(*bandwidth / 1e9)},
-                                 {"decode", nlohmann::ordered_json::array()},
-                                 {"prefill", nlohmann::ordered_json::array()}};
   Tensor logits;
   // The same logits left in device memory: a call then returns once its work is enqueued.
   Result<DeviceMemory> device_logits_memory = r.engine().allocate(r.vocab() * 4);
@@ -183,6 +223,85 @@ int run_bench(const BenchArgs& o) {
                            ? std::span<const float>()
                            : std::span(host_logits->data<float>(), static_cast<size_t>(host_logits->dims.volume())));
   };
+  // The first calls of a new session, the engine loaded: a prefill of --context tokens in
+  // one fresh session, and in another the first decode after its prompt, each against the
+  // warm calls that follow it. They run before anything else, as a process's first requests
+  // do. `fresh_session` is what a user's process does before its first request.
+  auto fresh_session = [&] { must(r.reset()); };
+  int32_t first_decode_profile = r.profile_index("decode");
+  for (int32_t p = 0; p < r.engine().profiles().size() && first_decode_profile < 0; ++p) {
+    if (r.engine().profiles().bounds[static_cast<size_t>(p)][0].min[1] <= 1) first_decode_profile = p;
+  }
+  double session_create_ms = 0, first_prefill_ms = 0, warm_prefill_ms = 0, first_decode_ms = 0, warm_decode_ms = 0;
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    fresh_session();
+    session_create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::vector<double> ms;
+    for (int i = 0; i < 9; ++i) {
+      double t = 0;
+      must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits, &t));
+      check(prefill, &logits);
+      if (i == 0) {
+        first_prefill_ms = t;
+      } else {
+        ms.push_back(t);
+      }
+    }
+    warm_prefill_ms = warm_median(ms);
+  }
+  if (first_decode_profile >= 0) {
+    fresh_session();
+    must(r.call(prompt, 0, ProfileRequest::named("prefill"), logits));
+    check(prefill, &logits);
+    // Positions context.. stay below context + steps + round_decodes, checked above.
+    const int64_t calls = std::min<int64_t>(11, steps + round_decodes);
+    std::vector<double> ms;
+    for (int64_t i = 0; i < calls; ++i) {
+      double t = 0;
+      must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(first_decode_profile), logits, &t));
+      check(first_decode_profile, &logits);
+      if (i == 0) {
+        first_decode_ms = t;
+      } else {
+        ms.push_back(t);
+      }
+    }
+    warm_decode_ms = ms.empty() ? first_decode_ms : warm_median(ms);
+  }
+  const double weight_gb = static_cast<double>(r.engine().weight_bytes()) / 1e9;
+  Result<double> bandwidth = copy_bandwidth(r.engine());
+  if (!bandwidth.ok()) return fail("bench", bandwidth.status());
+  std::printf("engine %s on %s: %.3f GB of weights; device copy bandwidth %.0f GB/s\n", file.c_str(),
+              device_kind_name(r.engine().device()), weight_gb, *bandwidth / 1e9);
+  const double load_gb_s = load_ms > 0 ? file_gb / (load_ms / 1e3) : 0.0;
+  const double first_prefill_ratio = warm_prefill_ms > 0 ? first_prefill_ms / warm_prefill_ms : 0.0;
+  const double first_decode_ratio = warm_decode_ms > 0 ? first_decode_ms / warm_decode_ms : 0.0;
+  std::printf("load: %.1f ms to open the engine (%.1f MB file, %.2f GB/s): read, weights uploaded, a session\n",
+              load_ms, file_gb * 1e3, load_gb_s);
+  std::printf("new session: created in %.3f ms; first prefill (%lld tokens) %.3f ms vs %.3f warm (%.1fx)",
+              session_create_ms, static_cast<long long>(context), first_prefill_ms, warm_prefill_ms,
+              first_prefill_ratio);
+  if (first_decode_profile >= 0) {
+    std::printf("; first decode on profile %s %.3f ms vs %.3f warm (%.1fx)",
+                r.profile_label(first_decode_profile).c_str(), first_decode_ms, warm_decode_ms, first_decode_ratio);
+  }
+  std::printf("\n");
+  nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
+                                 {"weight_gb", json_number(weight_gb)},
+                                 {"copy_gb_s", json_number(*bandwidth / 1e9)},
+                                 {"load_ms", json_number(load_ms)},
+                                 {"engine_file_gb", json_number(file_gb)},
+                                 {"load_gb_s", json_number(load_gb_s)},
+                                 {"session_create_ms", json_number(session_create_ms)},
+                                 {"first_prefill_ms", json_number(first_prefill_ms)},
+                                 {"warm_prefill_ms", json_number(warm_prefill_ms)},
+                                 {"first_prefill_ratio", json_number(first_prefill_ratio)},
+                                 {"first_decode_ms", json_number(first_decode_ms)},
+                                 {"warm_decode_ms", json_number(warm_decode_ms)},
+                                 {"first_decode_ratio", json_number(first_decode_ratio)},
+                                 {"decode", nlohmann::ordered_json::array()},
+                                 {"prefill", nlohmann::ordered_json::array()}};
 
   // Decode on every profile that accepts one token.
   double decode_on_prefill_ms = 0, best_decode_ms = 1e30;
@@ -262,6 +381,40 @@ int run_bench(const BenchArgs& o) {
                 s.median, s.p10, s.p90, static_cast<double>(len) * 1e3 / s.median);
     prefill_panel.bars.push_back({std::to_string(len) + " tokens", s.median, s.p10, s.p90});
     json["prefill"].push_back({{"tokens", len}, {"ms", json_number(s.median)}});
+  }
+  // Prefill at lengths the process has not run yet (first sight), then the same lengths
+  // twice more in the same order: the third sight is a repeated length's cost.
+  {
+    std::vector<int64_t> seen = o.prefill_lengths;
+    seen.push_back(context);
+    const int64_t longest = std::min<int64_t>(1024, max_seq);
+    const std::vector<int64_t> lengths = distinct_lengths(o.distinct, longest, seen);
+    std::vector<double> sight[3];
+    for (std::vector<double>& ms : sight) {
+      for (int64_t len : lengths) {
+        double t = 0;
+        must(r.call(ids(len, r.vocab()), 0, ProfileRequest::named("prefill"), logits, &t));
+        check(prefill, &logits);
+        ms.push_back(t);
+      }
+    }
+    nlohmann::ordered_json d = {{"n", lengths.size()}, {"first_ms", 0.0},      {"first_p90_ms", 0.0},
+                                {"repeat_ms", 0.0},    {"repeat_p90_ms", 0.0}, {"ratio", 0.0}};
+    if (!lengths.empty()) {
+      const Stats first = stats(sight[0]), repeat = stats(sight[2]);
+      std::printf(
+          "prefill at %zu distinct lengths in [%lld, %lld]: first sight %.3f ms (p90 %.3f), third sight %.3f ms (p90 "
+          "%.3f); first / third %.2fx\n",
+          lengths.size(), static_cast<long long>(kShortest), static_cast<long long>(longest), first.median, first.p90,
+          repeat.median, repeat.p90, first.median / repeat.median);
+      d = {{"n", lengths.size()},
+           {"first_ms", json_number(first.median)},
+           {"first_p90_ms", json_number(first.p90)},
+           {"repeat_ms", json_number(repeat.median)},
+           {"repeat_p90_ms", json_number(repeat.p90)},
+           {"ratio", json_number(first.median / repeat.median)}};
+    }
+    json["distinct_lengths"] = d;
   }
   // The switch: decode steps alternating profiles, minus the mean of the two steady costs.
   const int32_t decode = r.profile_index("decode");
@@ -372,7 +525,9 @@ int run_bench(const BenchArgs& o) {
 Command add_bench_command(CLI::App& gearbox) {
   auto o = std::make_shared<BenchArgs>();
   CLI::App* app =
-      gearbox.add_subcommand("bench", "decode per profile, prefill, switch cost, rounds with and without switching");
+      gearbox.add_subcommand("bench",
+                             "load time, first calls of a session, decode per profile, prefill (repeated and "
+                             "first-seen lengths), switch cost, rounds with and without switching");
   app->footer(
       "Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes a decode step must "
       "read, against a device copy bandwidth this command measures.");
@@ -383,6 +538,9 @@ Command add_bench_command(CLI::App& gearbox) {
       ->type_name("L1,L2");
   add_int_option(*app, "--rounds", o->rounds, "rounds of 1 prefill + --round-decodes decodes")->capture_default_str();
   add_int_option(*app, "--round-decodes", o->round_decodes, "decodes per round")->capture_default_str();
+  add_int_option(*app, "--distinct-lengths", o->distinct,
+                 "prefill at N lengths in [16, min(1024, profile max)] not run before, first sight vs third; 0: skip")
+      ->capture_default_str();
   app->add_option("--json", o->json_path, "also write the numbers as JSON")->type_name("OUT");
   app->add_option("--svg", o->svg_path, "and a chart of them (SVG): decode per profile, prefill, rounds")
       ->type_name("OUT");

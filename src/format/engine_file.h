@@ -81,6 +81,7 @@ struct EngineDesc {
 struct ParsedEngine {
   EngineDesc desc;
   std::span<const uint8_t> payload;
+  uint64_t payload_xxh3 = 0;  ///< the payload's checksum the header records
 };
 
 /// Serializes `desc` and `payload` (the weight bytes; each WeightInfo's offset and bytes
@@ -92,9 +93,18 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
 /// crash never leaves a half-written engine behind).
 Status write_engine_file(const std::string& path, const EngineDesc& desc, std::span<const uint8_t> payload);
 
+/// Whether parse_engine checks the payload's checksum. kDeferred leaves it to the caller
+/// (check_payload), which may run it while it uploads the weights: both read the whole
+/// payload, the check reading it anyway. The caller must not use the engine unless it passes.
+enum class PayloadCheck { kVerify, kDeferred };
+
 /// Parses and validates an engine image. Errors: kDataLoss with a message naming what is
 /// wrong (bad magic, unsupported version, truncated header/metadata/payload, checksum
 /// mismatch, a count or offset past the end, an invalid enum, an invalid network...).
-Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes);
+Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes, PayloadCheck check = PayloadCheck::kVerify);
+
+/// The payload checksum check that parse_engine skips with PayloadCheck::kDeferred: kDataLoss
+/// (the same message as parse_engine's) when the payload does not match its checksum.
+Status check_payload(std::span<const uint8_t> payload, uint64_t payload_xxh3);
 
 }  // namespace gearbox::format

@@ -396,7 +396,14 @@ Status check_desc(const EngineDesc& desc, uint64_t payload_bytes) {
 
 }  // namespace
 
-Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes) {
+Status check_payload(std::span<const uint8_t> payload, uint64_t payload_xxh3) {
+  if (XXH3_64bits(payload.data(), payload.size()) != payload_xxh3) {
+    return data_loss("payload checksum mismatch: the weights are corrupted; copy the engine again or rebuild it");
+  }
+  return {};
+}
+
+Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes, PayloadCheck check) {
   const size_t size = bytes.size();
   // ---- fixed header ----
   if (size == 0) return data_loss("truncated: the engine is empty (0 bytes)");
@@ -475,9 +482,7 @@ Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes) {
   if (XXH3_64bits(metadata.data(), metadata.size()) != metadata_xxh3) {
     return data_loss("metadata checksum mismatch: the file is corrupted; copy the engine again or rebuild it");
   }
-  if (XXH3_64bits(payload.data(), payload.size()) != payload_xxh3) {
-    return data_loss("payload checksum mismatch: the weights are corrupted; copy the engine again or rebuild it");
-  }
+  if (check == PayloadCheck::kVerify) GEARBOX_RETURN_IF_ERROR(check_payload(payload, payload_xxh3));
 
   // ---- metadata ----
   ParsedEngine parsed;
@@ -486,6 +491,7 @@ Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes) {
   const Status valid = check_desc(parsed.desc, payload_bytes);
   if (!valid.ok()) return valid.with_context("engine metadata");
   parsed.payload = payload;
+  parsed.payload_xxh3 = payload_xxh3;
   return parsed;
 }
 

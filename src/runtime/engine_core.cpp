@@ -1,6 +1,8 @@
 #include "runtime/engine_core.h"
 
 #include <algorithm>
+#include <future>
+#include <system_error>
 
 #include "builder/builder.h"
 #include "core/check.h"
@@ -12,6 +14,18 @@
 
 namespace gearbox::internal {
 namespace {
+
+// format::check_payload on a thread of its own; on the calling thread, before returning,
+// where no thread can be started.
+std::future<Status> start_payload_check(std::span<const uint8_t> payload, uint64_t payload_xxh3) {
+  try {
+    return std::async(std::launch::async, format::check_payload, payload, payload_xxh3);
+  } catch (const std::system_error&) {
+    std::promise<Status> checked;
+    checked.set_value(format::check_payload(payload, payload_xxh3));
+    return checked.get_future();
+  }
+}
 
 BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, std::vector<std::string> dim_names) {
   const ir::TensorInfo& t = net.tensors[static_cast<size_t>(tensor)];
@@ -76,34 +90,42 @@ Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, 
 }
 
 Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> bytes, const EngineOptions& options) {
-  Result<format::ParsedEngine> parsed = format::parse_engine(bytes);
+  Result<format::ParsedEngine> parsed = format::parse_engine(bytes, format::PayloadCheck::kDeferred);
   if (!parsed.ok()) return parsed.status();
+  // The payload's checksum runs on a thread of its own while the weights upload: both read
+  // the whole payload (from the page cache, or from the disk through the mapping). Its
+  // verdict is taken first, so a damaged payload is reported as such whatever else fails.
+  std::future<Status> payload_checked = start_payload_check(parsed->payload, parsed->payload_xxh3);
   auto core = std::make_shared<EngineCore>();
   core->desc_ = std::move(parsed->desc);
   const ir::Network& net = core->desc_.network;
-
-  Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
-  if (!device.ok()) return device.status();
-  core->device_ = *device;
-  for (const ir::InputSpec& in : net.inputs) {
-    const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
-    if (core->device_->storage_type(declared) != declared) {
-      return unimplemented("input '" + net.tensors[static_cast<size_t>(in.tensor)].name + "' is " +
-                           data_type_name(declared) + ", which the " + device_kind_name(options.device) +
-                           " device does not take; build the engine with f32 inputs");
+  const Status uploaded = [&]() -> Status {
+    Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
+    if (!device.ok()) return device.status();
+    core->device_ = *device;
+    for (const ir::InputSpec& in : net.inputs) {
+      const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
+      if (core->device_->storage_type(declared) != declared) {
+        return unimplemented("input '" + net.tensors[static_cast<size_t>(in.tensor)].name + "' is " +
+                             data_type_name(declared) + ", which the " + device_kind_name(options.device) +
+                             " device does not take; build the engine with f32 inputs");
+      }
     }
-  }
-  for (int32_t out : net.outputs) {
-    const DataType declared = net.tensors[static_cast<size_t>(out)].dtype;
-    if (core->device_->storage_type(declared) != declared) {
-      return unimplemented("output '" + net.tensors[static_cast<size_t>(out)].name + "' is " +
-                           data_type_name(declared) + ", which the " + device_kind_name(options.device) +
-                           " device does not produce; build the engine with f32 outputs");
+    for (int32_t out : net.outputs) {
+      const DataType declared = net.tensors[static_cast<size_t>(out)].dtype;
+      if (core->device_->storage_type(declared) != declared) {
+        return unimplemented("output '" + net.tensors[static_cast<size_t>(out)].name + "' is " +
+                             data_type_name(declared) + ", which the " + device_kind_name(options.device) +
+                             " device does not produce; build the engine with f32 outputs");
+      }
     }
-  }
-  Result<std::shared_ptr<DeviceWeights>> weights = core->device_->upload_weights(net, parsed->payload);
-  if (!weights.ok()) return weights.status();
-  core->weights_ = std::move(*weights);
+    Result<std::shared_ptr<DeviceWeights>> weights = core->device_->upload_weights(net, parsed->payload);
+    if (!weights.ok()) return weights.status();
+    core->weights_ = std::move(*weights);
+    return {};
+  }();
+  GEARBOX_RETURN_IF_ERROR(payload_checked.get());
+  GEARBOX_RETURN_IF_ERROR(uploaded);
 
   for (const format::TacticTable& table : core->desc_.tactic_tables) {
     if (table.device == options.device && table.library_versions == core->device_->library_versions()) {

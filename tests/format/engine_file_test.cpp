@@ -289,6 +289,21 @@ TEST(EngineFile, RoundTripsEveryField) {
   EXPECT_EQ(offset + e.payload.size(), bytes.size());
 }
 
+TEST(EngineFile, ADeferredPayloadCheckIsTheCallersWithTheSameMessage) {
+  Bytes bytes = serialize(tiny_decoder());
+  ASSERT_FALSE(bytes.empty());
+  bytes[get_u64(bytes, 32) + 3] ^= 1;  // a payload byte
+  EXPECT_EQ(parse_engine(bytes).status().code(), StatusCode::kDataLoss);
+  Result<ParsedEngine> parsed = parse_engine(bytes, PayloadCheck::kDeferred);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->payload_xxh3, get_u64(bytes, 56));
+  const Status s = check_payload(parsed->payload, parsed->payload_xxh3);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_EQ(s.message(), parse_engine(bytes).status().message());
+  bytes[get_u64(bytes, 32) + 3] ^= 1;
+  EXPECT_TRUE(check_payload(parsed->payload, parsed->payload_xxh3).ok());
+}
+
 TEST(EngineFile, SerializingIsDeterministic) { EXPECT_EQ(serialize(tiny_decoder()), serialize(tiny_decoder())); }
 
 TEST(EngineFile, SerializeRefusesAnInvalidNetwork) {

@@ -220,6 +220,12 @@ TEST(Engine, LoadsFromAFileAndReportsMissingOrDamagedFiles) {
   std::vector<uint8_t> damaged = t.bytes;
   damaged[damaged.size() / 2] ^= 0x40;
   EXPECT_EQ(Engine::load_buffer(damaged).status().code(), StatusCode::kDataLoss);
+  // A damaged weight: the load checks the payload while it uploads, with parse_engine's message.
+  damaged = t.bytes;
+  damaged[damaged.size() - 5] ^= 0x40;
+  const Status weight = Engine::load_buffer(damaged).status();
+  EXPECT_EQ(weight.code(), StatusCode::kDataLoss);
+  EXPECT_NE(weight.message().find("payload checksum mismatch"), std::string::npos) << weight.message();
   std::filesystem::remove(path);
 }
 

@@ -1,7 +1,9 @@
 # cmake -DGEARBOX=<gearbox> -DWORK_DIR=<dir> -P bench_json.cmake
 # `gearbox bench --json` escapes the strings it writes: a mini engine whose one-token profile
 # is named de"co\de is benched, and its JSON read back with CMake's parser must give the
-# name unchanged, with bench's keys and types.
+# name unchanged, with bench's keys and types. Its prefill at distinct lengths takes the
+# default 40 of [16, 64] (16, the --prefill length and --context, left out); a second run
+# asks for more lengths than the range holds and gets all 48, and a third skips them.
 set(name [[de"co\de]])
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(engine ${WORK_DIR}/escapes.gbx)
@@ -34,6 +36,9 @@ if(at EQUAL -1)
   message(FATAL_ERROR "the profile name is not written as \"de\\\"co\\\\de\":\n${doc}")
 endif()
 foreach(key_type device:STRING weight_gb:NUMBER copy_gb_s:NUMBER decode:ARRAY prefill:ARRAY
+                 load_ms:NUMBER engine_file_gb:NUMBER load_gb_s:NUMBER session_create_ms:NUMBER
+                 first_prefill_ms:NUMBER warm_prefill_ms:NUMBER first_prefill_ratio:NUMBER first_decode_ms:NUMBER
+                 warm_decode_ms:NUMBER first_decode_ratio:NUMBER distinct_lengths:OBJECT
                  memory_overhead_percent:NUMBER switch_ms:NUMBER switch_into_decode_host_us:NUMBER
                  switch_into_prefill_host_us:NUMBER round_switching_ms:NUMBER round_prefill_only_ms:NUMBER
                  validated:BOOLEAN checked_calls:NUMBER)
@@ -50,4 +55,32 @@ string(JSON tokens GET "${doc}" prefill 0 tokens)
 if(NOT ms STREQUAL "NUMBER" OR NOT tokens EQUAL 16)
   message(FATAL_ERROR "decode[0].ms is ${ms}, prefill[0].tokens is ${tokens}:\n${doc}")
 endif()
+foreach(key n first_ms first_p90_ms repeat_ms repeat_p90_ms ratio)
+  string(JSON type ERROR_VARIABLE error TYPE "${doc}" distinct_lengths ${key})
+  if(NOT type STREQUAL "NUMBER")
+    message(FATAL_ERROR "'distinct_lengths.${key}' is ${type} (${error}), not NUMBER:\n${doc}")
+  endif()
+endforeach()
+string(JSON n GET "${doc}" distinct_lengths n)
+string(JSON first_ms GET "${doc}" distinct_lengths first_ms)
+if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
+  message(FATAL_ERROR "distinct_lengths has n ${n} (want 40) and first_ms ${first_ms}:\n${doc}")
+endif()
 message("${doc}")
+
+foreach(count_n 100:48 0:0)
+  string(REPLACE ":" ";" pair ${count_n})
+  list(GET pair 0 count)
+  list(GET pair 1 want)
+  execute_process(COMMAND ${GEARBOX} bench ${engine} --context 16 --steps 2 --prefill 16 --rounds 1
+                          --round-decodes 2 --distinct-lengths ${count} --json ${json} --device cpu
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "bench --distinct-lengths ${count}: exit code ${rc}\n${out}${err}")
+  endif()
+  file(READ ${json} doc)
+  string(JSON n GET "${doc}" distinct_lengths n)
+  if(NOT n EQUAL want)
+    message(FATAL_ERROR "--distinct-lengths ${count} ran ${n} lengths, not ${want}:\n${doc}")
+  endif()
+endforeach()

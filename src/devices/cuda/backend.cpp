@@ -31,6 +31,7 @@
 #include "devices/cuda/kernels/prefill_attention_mma.cuh"
 #include "devices/cuda/linear_tactics.h"
 #include "devices/cuda/tuning.h"
+#include "devices/cuda/weight_upload.h"
 #include "ir/shape_inference.h"
 #include "runtime/device_backend.h"
 
@@ -314,7 +315,7 @@ class CudaBackend final : public DeviceBackend {
       return resource_exhausted("not enough GPU memory for " + std::to_string(payload.size()) + " bytes of weights");
     }
     GEARBOX_CUDA(err);
-    GEARBOX_CUDA(cudaMemcpy(w->base, payload.data(), payload.size(), cudaMemcpyHostToDevice));
+    GEARBOX_RETURN_IF_ERROR(upload_to_device(w->base, payload));
     for (const ir::WeightInfo& info : net.weights) {
       w->ptr.push_back(static_cast<const uint8_t*>(w->base) + info.offset);
       w->type.push_back(info.dtype);
