@@ -226,7 +226,8 @@ int run_bench(const BenchArgs& o) {
   // The first calls of a new session, the engine loaded: a prefill of --context tokens in
   // one fresh session, and in another the first decode after its prompt, each against the
   // warm calls that follow it. They run before anything else, as a process's first requests
-  // do. `fresh_session` is what a user's process does before its first request.
+  // do. `fresh_session` is what a user's process does before its first request: create a
+  // session and warm it up (Runner::reset).
   auto fresh_session = [&] { must(r.reset()); };
   int32_t first_decode_profile = r.profile_index("decode");
   for (int32_t p = 0; p < r.engine().profiles().size() && first_decode_profile < 0; ++p) {
@@ -277,9 +278,10 @@ int run_bench(const BenchArgs& o) {
   const double load_gb_s = load_ms > 0 ? file_gb / (load_ms / 1e3) : 0.0;
   const double first_prefill_ratio = warm_prefill_ms > 0 ? first_prefill_ms / warm_prefill_ms : 0.0;
   const double first_decode_ratio = warm_decode_ms > 0 ? first_decode_ms / warm_decode_ms : 0.0;
-  std::printf("load: %.1f ms to open the engine (%.1f MB file, %.2f GB/s): read, weights uploaded, a session\n",
-              load_ms, file_gb * 1e3, load_gb_s);
-  std::printf("new session: created in %.3f ms; first prefill (%lld tokens) %.3f ms vs %.3f warm (%.1fx)",
+  std::printf(
+      "load: %.1f ms to open the engine (%.1f MB file, %.2f GB/s): read, weights uploaded, a session warmed up\n",
+      load_ms, file_gb * 1e3, load_gb_s);
+  std::printf("new session: created and warmed up in %.3f ms; first prefill (%lld tokens) %.3f ms vs %.3f warm (%.1fx)",
               session_create_ms, static_cast<long long>(context), first_prefill_ms, warm_prefill_ms,
               first_prefill_ratio);
   if (first_decode_profile >= 0) {
