@@ -371,7 +371,7 @@ TEST(EngineFile, EachKindOfDamageHasItsOwnMessage) {
   const std::vector<Damage> cases = {
       {"bad magic", [](Bytes& b) { b[0] = 'X'; }, "not a gearbox engine file (bad magic)"},
       {"newer version", [](Bytes& b) { put<uint32_t>(b, 8, 7); },
-       "engine format version 7 is newer than this gearbox supports (2); rebuild the engine or upgrade gearbox"},
+       "engine format version 7 is newer than this gearbox supports (3); rebuild the engine or upgrade gearbox"},
       {"version 0", [](Bytes& b) { put<uint32_t>(b, 8, 0); }, "version 0 is invalid"},
       {"small header", [](Bytes& b) { put<uint32_t>(b, 12, 12); },
        "header_bytes 12 is smaller than the version-1 header (64)"},
