@@ -46,22 +46,42 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
   };
 
   while (!waiting.empty() || !running.empty()) {
-    // Admit waiting prompts into free slots, each prefilled on its own.
+    // Admit waiting prompts into free slots, prefilled together where a profile takes
+    // their rows (left-padded to the longest), else in smaller groups.
+    std::vector<Running> admitted;
     while (!waiting.empty() && !free_slots.empty()) {
-      const size_t i = waiting.front();
+      admitted.push_back({waiting.front(), free_slots.back()});
       waiting.pop_front();
-      const int64_t slot = free_slots.back();
       free_slots.pop_back();
-      SequenceResult& seq = out.sequences[i];
-      seq.wait_ms = ms_since(start);
-      GEARBOX_RETURN_IF_ERROR(runner.call_rows({{prompts[i], 0, slot}}, logits, &seq.prefill_ms)
-                                  .with_context("prompt " + std::to_string(i + 1)));
+    }
+    for (size_t first = 0; first < admitted.size();) {
+      size_t end = first + 1;
+      size_t longest = prompts[admitted[first].index].size();
+      while (end < admitted.size()) {
+        const size_t seq = std::max(longest, prompts[admitted[end].index].size());
+        if (!runner.fits(Dims{static_cast<int64_t>(end - first + 1), static_cast<int64_t>(seq)})) break;
+        longest = seq;
+        ++end;
+      }
+      std::vector<Runner::Row> rows;
+      const double wait_ms = ms_since(start);
+      for (size_t a = first; a < end; ++a) rows.push_back({prompts[admitted[a].index], 0, admitted[a].slot});
+      double ms = 0;
+      GEARBOX_RETURN_IF_ERROR(
+          runner.call_rows(rows, logits, &ms).with_context("prompt " + std::to_string(admitted[first].index + 1)));
       const int64_t vocab = logits.dims[logits.dims.rank() - 1];
-      const float* row = logits.data<float>() + (logits.dims.volume() - vocab);
-      GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, static_cast<int64_t>(prompts[i].size()) - 1));
-      seq.generated.push_back(options.next_token(row, vocab));
-      running.push_back({i, slot});
-      if (ended(i)) GEARBOX_RETURN_IF_ERROR(finish(running.size() - 1));
+      for (size_t a = first; a < end; ++a) {
+        const size_t i = admitted[a].index;
+        SequenceResult& seq = out.sequences[i];
+        seq.wait_ms = wait_ms;
+        seq.prefill_ms = ms;
+        const float* row = logits.data<float>() + static_cast<int64_t>(a - first) * vocab;
+        GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, static_cast<int64_t>(prompts[i].size()) - 1));
+        seq.generated.push_back(options.next_token(row, vocab));
+        running.push_back(admitted[a]);
+        if (ended(i)) GEARBOX_RETURN_IF_ERROR(finish(running.size() - 1));
+      }
+      first = end;
     }
     if (running.empty()) continue;
     // One decode step for every running sequence.

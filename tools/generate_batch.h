@@ -1,7 +1,8 @@
 // Continuous batching for `gearbox generate --prompts-file / --prompt-ids-file`: several
 // prompts share one session's KV-cache slots. A waiting prompt is admitted (prefilled in
-// a free slot) as soon as a slot is free; every step decodes all running sequences in one
-// call; a sequence that ends frees its slot at once.
+// a free slot, together with the others admitted then where a profile takes their rows) as
+// soon as a slot is free; every step decodes all running sequences in one call; a sequence
+// that ends frees its slot at once.
 //
 //   BatchOptions options{.max_new = 32, .eos = {1}, .next_token = greedy};
 //   Result<BatchOutcome> out = generate_batch(runner, prompts, options);

@@ -118,6 +118,16 @@ Status Runner::call_rows(const std::vector<Row>& rows, Tensor& logits, double* m
   return s;
 }
 
+bool Runner::fits(const Dims& tokens) const {
+  for (const std::vector<InputProfileBounds>& bounds : engine_.profiles().bounds) {
+    const InputProfileBounds& b = bounds[0];
+    bool inside = b.min.rank() == tokens.rank();
+    for (int32_t d = 0; inside && d < tokens.rank(); ++d) inside = b.min[d] <= tokens[d] && tokens[d] <= b.max[d];
+    if (inside) return true;
+  }
+  return false;
+}
+
 int64_t Runner::capacity() const {
   if (engine_.max_batch() == 0) return 1;
   int64_t largest = 1;

@@ -38,6 +38,8 @@ class Runner {
   /// rows left-padded to the longest (docs/ARCHITECTURE.md, "Batches and KV-cache slots").
   /// `logits` receives [rows, 1, vocab]. On an engine without slots, one row in slot 0.
   Status call_rows(const std::vector<Row>& rows, Tensor& logits, double* ms = nullptr);
+  /// Whether some profile takes `tokens` of these dims ([rows, seq]).
+  bool fits(const Dims& tokens) const;
   /// The sequences one session holds at once: the engine's KV-cache slots, capped by the
   /// largest batch of its profiles; 1 for an engine without slots.
   int64_t capacity() const;
