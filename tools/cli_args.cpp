@@ -57,14 +57,33 @@ Result<SeqProfile> parse_seq_profile(std::string_view text) {
   }
   SeqProfile p;
   p.name = std::string(parts[0]);
-  int64_t* fields[] = {&p.min, &p.opt, &p.max};
-  for (int i = 0; i < 3; ++i) {
-    Result<int64_t> v = parse_int(parts[static_cast<size_t>(i) + 1], "--profile");
+  int64_t* seqs[] = {&p.min, &p.opt, &p.max};
+  int64_t* batches[] = {&p.min_batch, &p.opt_batch, &p.max_batch};
+  for (size_t i = 0; i < 3; ++i) {
+    // BxS (batch x sequence, as trtexec writes shapes), or a plain N meaning 1xN.
+    const std::string_view bound = parts[i + 1];
+    const size_t x = bound.find('x');
+    const auto not_a_bound = [&] {
+      return invalid_argument("--profile: '" + std::string(bound) + "' is neither a whole number N nor BxS");
+    };
+    if (x != std::string_view::npos) {
+      Result<int64_t> b = parse_int(bound.substr(0, x), "--profile");
+      if (!b.ok()) return not_a_bound();
+      *batches[i] = *b;
+      Result<int64_t> v = parse_int(bound.substr(x + 1), "--profile");
+      if (!v.ok()) return not_a_bound();
+      *seqs[i] = *v;
+      continue;
+    }
+    Result<int64_t> v = parse_int(bound, "--profile");
     if (!v.ok()) return v.status();
-    *fields[i] = *v;
+    *seqs[i] = *v;
   }
   if (p.min < 1 || p.min > p.opt || p.opt > p.max) {
     return invalid_argument("--profile " + std::string(text) + ": need 1 <= MIN <= OPT <= MAX");
+  }
+  if (p.min_batch < 1 || p.min_batch > p.opt_batch || p.opt_batch > p.max_batch) {
+    return invalid_argument("--profile " + std::string(text) + ": need 1 <= the batches of MIN <= OPT <= MAX");
   }
   return p;
 }
@@ -145,7 +164,7 @@ CLI::Option* add_profile_option(CLI::App& app, std::vector<SeqProfile>& profiles
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
-      ->type_name("NAME:MIN:OPT:MAX");
+      ->type_name("NAME:MIN:OPT:MAX (each N or BxS)");
 }
 
 int fail(std::string_view command, const Status& status, int code) {

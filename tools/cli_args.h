@@ -1,5 +1,6 @@
 // The command-line values the gearbox subcommands share, as CLI11 options: whole numbers,
-// numbers, comma-separated lists of whole numbers and `--profile NAME:MIN:OPT:MAX`, each
+// numbers, comma-separated lists of whole numbers and `--profile NAME:MIN:OPT:MAX` (each
+// bound N or BxS), each
 // parsed strictly (decimal, nothing left over, inside int64). A bad value is a CLI11
 // ValidationError whose message names the flag and the value ("--seq: '1x' is not a whole
 // number"), which gearbox_main.cpp prints as a usage error (exit 2).
@@ -22,19 +23,24 @@ class Option;
 
 namespace gearbox::cli {
 
-/// A sequence-length profile from `--profile NAME:MIN:OPT:MAX`.
+/// A profile from `--profile NAME:MIN:OPT:MAX`: sequence bounds, and batch bounds where a
+/// bound is written BxS (a plain N is 1xN).
 struct SeqProfile {
   std::string name;
   int64_t min = 0;
   int64_t opt = 0;
   int64_t max = 0;
+  int64_t min_batch = 1;
+  int64_t opt_batch = 1;
+  int64_t max_batch = 1;
 };
 
 /// Parses a whole decimal int64 ("12"; not "12x", "", " 1"). `what` names it in errors.
 Result<int64_t> parse_int(std::string_view text, std::string_view what);
 /// Parses "1,2,3" into integers.
 Result<std::vector<int64_t>> parse_int_list(std::string_view text, std::string_view what);
-/// Parses NAME:MIN:OPT:MAX with 1 <= MIN <= OPT <= MAX and a non-empty name.
+/// Parses NAME:MIN:OPT:MAX with 1 <= MIN <= OPT <= MAX and a non-empty name; each bound is
+/// a sequence length N (batch 1) or BxS, batch and sequence each ordered so.
 Result<SeqProfile> parse_seq_profile(std::string_view text);
 
 /// Adds `name` (e.g. "--steps"), a whole number into `value`; the help shows it as N.

@@ -1,5 +1,6 @@
 // gearbox build: an engine from a Hugging Face checkpoint (Gemma-3, Llama, Mistral, Qwen2,
 // Qwen3) or the built-in mini Gemma-3 config, tuned per profile on the chosen device.
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include "core/input_file.h"
 #include "core/output_file.h"
 #include "format/engine_file.h"
+#include "gearbox/binding_names.h"
 #include "models/decoder.h"
 #include "models/hf_config.h"
 #include "models/hf_weights.h"
@@ -40,11 +42,17 @@ std::string join(const std::vector<int64_t>& v) {
 }
 
 // One input's bounds under a --profile: its dynamic extents (-1) take the profile's
-// sequence bounds (the second extent of `seq`'s [1, seq] dims), its static extents stay.
-InputProfileBounds input_bounds(const Dims& spec, const InputProfileBounds& seq) {
-  const auto at = [&spec](const Dims& bound) {
+// sequence bounds (the second extent of `seq`'s [batch, seq] dims), except that in a batched
+// network a dynamic dim named "batch" takes the batch bounds (the first extent); its static
+// extents stay.
+InputProfileBounds input_bounds(const ir::InputSpec& in, bool batched, const InputProfileBounds& seq) {
+  const Dims& spec = in.dims;
+  const auto at = [&](const Dims& bound) {
     std::array<int64_t, kMaxDims> extents{};
-    for (int32_t d = 0; d < spec.rank(); ++d) extents[static_cast<size_t>(d)] = spec[d] == -1 ? bound[1] : spec[d];
+    for (int32_t d = 0; d < spec.rank(); ++d) {
+      const bool batch = batched && static_cast<size_t>(d) < in.dim_names.size() && in.dim_names[d] == kBatchDim;
+      extents[static_cast<size_t>(d)] = spec[d] != -1 ? spec[d] : batch ? bound[0] : bound[1];
+    }
     return Dims(std::span<const int64_t>(extents.data(), static_cast<size_t>(spec.rank())));
   };
   return {at(seq.min), at(seq.opt), at(seq.max)};
@@ -116,9 +124,20 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
   if (Status s = check_output_path(o.out, inputs, "engine"); !s.ok()) return fail("build", s, 2);
 
   std::vector<format::ProfileDesc> profiles;
+  int64_t max_batch = 1;  // above 1: a batched network with that many KV-cache slots
   for (const SeqProfile& sp : o.profiles) {
-    const InputProfileBounds b{Dims{1, sp.min}, Dims{1, sp.opt}, Dims{1, sp.max}};
+    const InputProfileBounds b{Dims{sp.min_batch, sp.min}, Dims{sp.opt_batch, sp.opt}, Dims{sp.max_batch, sp.max}};
     profiles.push_back({sp.name, {b, b}});
+    max_batch = std::max(max_batch, sp.max_batch);
+  }
+  if (max_batch > 1 && !o.network.empty()) {
+    return fail("build",
+                invalid_argument("a --network description has no batch dimension: its profiles take a "
+                                 "sequence length N, not BxS"),
+                2);
+  }
+  if (max_batch > 1 && o.all_logits) {
+    return fail("build", invalid_argument("--all-logits and batched profiles (BxS) do not go together"), 2);
   }
   // A network description states its own maximum context; its weights are read first.
   int64_t max_seq = o.max_seq;
@@ -187,7 +206,13 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
     }
     models::RandomWeights weights(static_cast<uint64_t>(o.seed));
     std::fprintf(stderr, "building the mini Gemma-3 (seed %lld)\n", static_cast<long long>(o.seed));
-    model = models::build_gemma3(config, weights);
+    if (max_batch > 1) {
+      models::DecoderDescription description = models::gemma3_description(config);
+      description.max_batch = max_batch;
+      model = models::build_decoder(description, weights);
+    } else {
+      model = models::build_gemma3(config, weights);
+    }
     options.metadata = models::describe(models::gemma3_description(config));
     options.metadata.insert(options.metadata.end(),
                             {{"model.source", "mini"}, {"tokenizer.bos", "2"}, {"tokenizer.eos", "1,106"}});
@@ -197,6 +222,7 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
     models::DecoderDescription description = info->description;
     description.max_context = max_seq;
     description.all_logits = o.all_logits;
+    if (max_batch > 1) description.max_batch = max_batch;
     if (!o.dtype.empty()) {
       Result<DataType> dt = parse_dtype(o.dtype);
       if (!dt.ok()) return fail("build", dt.status(), 2);
@@ -268,7 +294,9 @@ int run_build(const BuildArgs& o, bool fixed_by_network, bool max_seq_given) {
   for (format::ProfileDesc& p : profiles) {
     const InputProfileBounds seq = p.bounds[0];
     p.bounds.clear();
-    for (const ir::InputSpec& in : model->network.inputs) p.bounds.push_back(input_bounds(in.dims, seq));
+    for (const ir::InputSpec& in : model->network.inputs) {
+      p.bounds.push_back(input_bounds(in, model->network.slots > 0, seq));
+    }
   }
   Result<format::EngineDesc> desc = internal::build_engine(model->network, profiles, model->payload, options);
   if (!desc.ok()) return fail("build", desc.status());
@@ -312,7 +340,8 @@ Command add_build_command(CLI::App& gearbox) {
           ->capture_default_str();
   add_profile_option(*app, o->profiles,
                      "a profile over the sequence length, repeatable, in index order (default: decode:1:1:1 "
-                     "prefill:1:min(128,N):N with N from --max-seq)");
+                     "prefill:1:min(128,N):N with N from --max-seq); a bound BxS also bounds the batch (e.g. "
+                     "decode8:1x1:8x1:8x1), and the engine then holds as many KV-cache slots as the largest batch");
   app->add_option("--device", o->device, "the device to tune for; auto: cuda when present")
       ->type_name("cpu|cuda|auto")
       ->capture_default_str();

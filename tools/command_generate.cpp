@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -12,6 +13,7 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "generate_batch.h"
 #include "json_line.h"
 #include "runner.h"
 #include "tokenizer.h"
@@ -50,6 +52,8 @@ struct GenerateArgs {
   std::string file;
   std::string prompt;
   std::vector<int64_t> prompt_ids;
+  std::string prompts_file;
+  std::string prompt_ids_file;
   std::string device = "auto";
   int64_t max_new = 32;
   int64_t top_k = 0;
@@ -61,10 +65,120 @@ struct GenerateArgs {
   bool ignore_eos = false;
 };
 
+// The lines of `path` that hold more than white space.
+Result<std::vector<std::string>> read_lines(const std::string& path, const char* flag) {
+  std::ifstream in(path);
+  if (!in) return not_found(std::string(flag) + ": cannot open " + path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) lines.push_back(line);
+  }
+  if (lines.empty()) return invalid_argument(std::string(flag) + ": " + path + " holds no prompt");
+  return lines;
+}
+
+Result<Tokenizer> engine_tokenizer(const Engine& engine) {
+  // The SentencePiece model when the engine has one, else the checkpoint's tokenizer.json.
+  const std::string sentencepiece = engine.metadata("tokenizer.sentencepiece");
+  return !sentencepiece.empty() ? Tokenizer::from_sentencepiece(sentencepiece)
+                                : Tokenizer::from_hf_json(engine.metadata("tokenizer.hf_json"));
+}
+
+// Several prompts, one a line, generated together over the session's KV-cache slots.
+int run_generate_many(const GenerateArgs& o, Runner& runner, std::vector<int64_t> eos) {
+  const bool text = !o.prompts_file.empty();
+  const char* flag = text ? "--prompts-file" : "--prompt-ids-file";
+  Result<std::vector<std::string>> lines = read_lines(text ? o.prompts_file : o.prompt_ids_file, flag);
+  if (!lines.ok()) return fail("generate", lines.status());
+  std::optional<Tokenizer> tokenizer;
+  if (text) {
+    Result<Tokenizer> t = engine_tokenizer(runner.engine());
+    if (!t.ok()) return fail("generate", t.status());
+    tokenizer.emplace(std::move(*t));
+  }
+  Result<int64_t> bos = parse_int(runner.engine().metadata("tokenizer.bos"), "tokenizer.bos");
+  std::vector<std::vector<int64_t>> prompts;
+  for (size_t i = 0; i < lines->size(); ++i) {
+    const std::string where = std::string(flag) + " line " + std::to_string(i + 1);
+    std::vector<int64_t> ids;
+    if (text) {
+      Result<std::vector<int64_t>> encoded = tokenizer->encode((*lines)[i]);
+      if (!encoded.ok()) return fail("generate", encoded.status().with_context(where));
+      if (!o.no_bos && bos.ok() && *bos >= 0) ids.push_back(*bos);
+      ids.insert(ids.end(), encoded->begin(), encoded->end());
+    } else {
+      std::string line = (*lines)[i];
+      line.erase(std::remove_if(line.begin(), line.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; }),
+                 line.end());
+      Result<std::vector<int64_t>> parsed = parse_int_list(line, where);
+      if (!parsed.ok()) return fail("generate", parsed.status(), 2);
+      ids = std::move(*parsed);
+    }
+    if (Status s = check_ids(ids, runner.vocab()); !s.ok()) return fail("generate", s.with_context(where));
+    if (ids.empty() || o.max_new > runner.engine().max_context() - static_cast<int64_t>(ids.size())) {
+      return fail("generate",
+                  invalid_argument(where + ": prompt (" + std::to_string(ids.size()) + ") + --max-new-tokens (" +
+                                   std::to_string(o.max_new) + ") exceed the engine's context of " +
+                                   std::to_string(runner.engine().max_context())));
+    }
+    prompts.push_back(std::move(ids));
+  }
+  std::mt19937_64 rng(static_cast<uint64_t>(o.seed));
+  BatchOptions options;
+  options.max_new = o.max_new;
+  options.eos = std::move(eos);
+  options.next_token = [&](const float* x, int64_t vocab) {
+    return sample(x, vocab, o.temperature, o.top_k, o.top_p, rng);
+  };
+  Result<BatchOutcome> out = generate_batch(runner, prompts, options);
+  if (!out.ok()) return fail("generate", out.status());
+  int64_t generated_total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const SequenceResult& seq = out->sequences[i];
+    generated_total += static_cast<int64_t>(seq.generated.size());
+    const size_t decode_steps = seq.generated.size() - 1;
+    const double prefill_tok_s = static_cast<double>(prompts[i].size()) / (seq.prefill_ms / 1e3);
+    const double decode_tok_s = decode_steps > 0 ? static_cast<double>(decode_steps) / (seq.decode_ms / 1e3) : 0.0;
+    const double ttft_ms = seq.wait_ms + seq.prefill_ms;
+    if (o.json) {
+      const nlohmann::ordered_json doc = {{"prompt_ids", prompts[i]},
+                                          {"generated_ids", seq.generated},
+                                          {"ttft_ms", as_printed(ttft_ms, "%.3f")},
+                                          {"prefill_tok_s", as_printed(prefill_tok_s, "%.1f")},
+                                          {"decode_tok_s", as_printed(decode_tok_s, "%.1f")}};
+      std::printf("%s\n", json_line(doc).c_str());
+      continue;
+    }
+    if (tokenizer) {
+      Result<std::string> decoded = tokenizer->decode(seq.generated);
+      std::printf("%s\n", decoded.ok() ? decoded->c_str() : "");
+    } else {
+      std::printf("%s\n", json_line(nlohmann::ordered_json(seq.generated)).c_str());
+    }
+    std::fprintf(
+        stderr,
+        "sequence %zu: time to first token %.2f ms, prefill %.1f tok/s (%zu tokens), decode %.1f tok/s (%zu tokens)\n",
+        i + 1, ttft_ms, prefill_tok_s, prompts[i].size(), decode_tok_s, decode_steps);
+  }
+  const double mean_rows =
+      out->decode_calls > 0 ? static_cast<double>(out->decode_rows) / static_cast<double>(out->decode_calls) : 0.0;
+  std::fprintf(stderr,
+               "%zu sequences over %lld slots: %lld tokens in %.1f ms, %.1f tok/s together; %lld decode steps of %.2f "
+               "sequences on average\n",
+               prompts.size(), static_cast<long long>(out->slots), static_cast<long long>(generated_total),
+               out->wall_ms, static_cast<double>(generated_total) / (out->wall_ms / 1e3),
+               static_cast<long long>(out->decode_calls), mean_rows);
+  return 0;
+}
+
 // `ids_given`: --prompt-ids was given.
 int run_generate(const GenerateArgs& o, bool ids_given) {
-  if (o.prompt.empty() == !ids_given) {
-    return fail("generate", invalid_argument("give exactly one of --prompt and --prompt-ids"), 2);
+  const int prompt_sources = static_cast<int>(!o.prompt.empty()) + static_cast<int>(ids_given) +
+                             static_cast<int>(!o.prompts_file.empty()) + static_cast<int>(!o.prompt_ids_file.empty());
+  if (prompt_sources != 1) {
+    return fail("generate",
+                invalid_argument("give exactly one of --prompt, --prompt-ids, --prompts-file and --prompt-ids-file"),
+                2);
   }
   if (o.max_new < 1) return fail("generate", invalid_argument("--max-new-tokens must be >= 1"), 2);
   if (o.temperature < 0 || o.top_k < 0 || !(o.top_p > 0 && o.top_p <= 1)) {
@@ -74,15 +188,19 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
   if (!device.ok()) return fail("generate", device.status(), 2);
   Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("generate", runner.status());
+  if (!o.prompts_file.empty() || !o.prompt_ids_file.empty()) {
+    std::vector<int64_t> eos;
+    if (!o.ignore_eos) {
+      Result<std::vector<int64_t>> e = parse_int_list(runner->engine().metadata("tokenizer.eos"), "tokenizer.eos");
+      if (e.ok()) eos = *e;
+    }
+    return run_generate_many(o, *runner, std::move(eos));
+  }
 
   std::vector<int64_t> ids;
   std::optional<Tokenizer> tokenizer;
   if (!o.prompt.empty()) {
-    // The SentencePiece model when the engine has one, else the checkpoint's tokenizer.json.
-    const std::string sentencepiece = runner->engine().metadata("tokenizer.sentencepiece");
-    Result<Tokenizer> t = !sentencepiece.empty()
-                              ? Tokenizer::from_sentencepiece(sentencepiece)
-                              : Tokenizer::from_hf_json(runner->engine().metadata("tokenizer.hf_json"));
+    Result<Tokenizer> t = engine_tokenizer(runner->engine());
     if (!t.ok()) return fail("generate", t.status());
     tokenizer.emplace(std::move(*t));
     Result<std::vector<int64_t>> encoded = tokenizer->encode(o.prompt);
@@ -225,6 +343,13 @@ Command add_generate_command(CLI::App& gearbox) {
   app->add_option("--prompt", o->prompt, "the prompt as text, tokenized with the engine's tokenizer")
       ->type_name("TEXT");
   const CLI::Option* ids = add_int_list_option(*app, "--prompt-ids", o->prompt_ids, "the prompt as token ids");
+  app->add_option("--prompts-file", o->prompts_file,
+                  "several prompts, one text prompt a line, generated together over the engine's KV-cache slots "
+                  "(continuous batching: a waiting prompt starts as soon as a sequence ends)")
+      ->type_name("FILE");
+  app->add_option("--prompt-ids-file", o->prompt_ids_file,
+                  "several prompts as token ids, one comma-separated list a line (as --prompts-file)")
+      ->type_name("FILE");
   add_int_option(*app, "--max-new-tokens", o->max_new, "tokens to generate at most", 1,
                  std::numeric_limits<int64_t>::max())
       ->capture_default_str();
@@ -241,7 +366,8 @@ Command add_generate_command(CLI::App& gearbox) {
   app->add_flag("--no-bos", o->no_bos, "do not prepend the BOS token to a text prompt");
   app->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the engine's end-of-sequence tokens");
   app->add_flag("--json", o->json,
-                "print {\"prompt_ids\", \"generated_ids\", \"ttft_ms\", \"prefill_tok_s\", \"decode_tok_s\"}");
+                "print {\"prompt_ids\", \"generated_ids\", \"ttft_ms\", \"prefill_tok_s\", \"decode_tok_s\"}, one "
+                "line per prompt in input order");
   app->add_option("--device", o->device, "cpu, cuda or auto")->type_name("D")->capture_default_str();
   return {app, [o, ids] { return run_generate(*o, ids->count() > 0); }};
 }

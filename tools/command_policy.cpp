@@ -26,7 +26,8 @@ int run_policy(std::vector<SeqProfile> profiles, const std::vector<int64_t>& seq
 
   ProfileTable table;
   for (const SeqProfile& p : profiles) {
-    table.bounds.push_back({InputProfileBounds{Dims{1, p.min}, Dims{1, p.opt}, Dims{1, p.max}}});
+    table.bounds.push_back(
+        {InputProfileBounds{Dims{p.min_batch, p.min}, Dims{p.opt_batch, p.opt}, Dims{p.max_batch, p.max}}});
     table.names.push_back(p.name);
   }
   std::printf("profiles:");

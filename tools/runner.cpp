@@ -1,5 +1,6 @@
 #include "runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cli_args.h"
@@ -22,9 +23,12 @@ Result<Runner> Runner::open(const std::string& path, DeviceKind device) {
   if (!engine.ok()) return engine.status();
   const auto in = engine->inputs();
   const auto out = engine->outputs();
-  if (in.size() != 2 || in[0].name != kTokensBinding || in[1].name != kPositionsBinding || out.size() != 1 ||
-      out[0].name != kLogitsBinding) {
-    return invalid_argument(path + " is not a gearbox LLM engine (inputs 'tokens', 'positions'; output 'logits')");
+  const bool slots = engine->max_batch() > 0;
+  if (in.size() != (slots ? 3u : 2u) || in[0].name != kTokensBinding || in[1].name != kPositionsBinding ||
+      (slots && in[2].name != kSlotsBinding) || out.size() != 1 || out[0].name != kLogitsBinding) {
+    return invalid_argument(path +
+                            " is not a gearbox LLM engine (inputs 'tokens', 'positions' and, batched, 'slots'; "
+                            "output 'logits')");
   }
   Result<int64_t> vocab = parse_int(engine->metadata("model.vocab"), "model.vocab");
   if (!vocab.ok()) return data_loss(path + ": the engine does not record its vocabulary (model.vocab)");
@@ -58,8 +62,12 @@ Status Runner::call_with(const std::vector<int64_t>& ids, int64_t start, const P
   std::vector<int64_t> positions(ids.size());
   for (size_t i = 0; i < ids.size(); ++i) positions[i] = start + static_cast<int64_t>(i);
   const Dims dims{1, static_cast<int64_t>(ids.size())};
-  TensorView in[2] = {{const_cast<int64_t*>(ids.data()), DataType::kI64, dims},
-                      {positions.data(), DataType::kI64, dims}};
+  // A batched engine runs the one sequence in KV-cache slot 0.
+  int64_t slot = 0;
+  TensorView in_views[3] = {{const_cast<int64_t*>(ids.data()), DataType::kI64, dims},
+                            {positions.data(), DataType::kI64, dims},
+                            {&slot, DataType::kI64, Dims{1}}};
+  const std::span<const TensorView> in(in_views, engine_.max_batch() > 0 ? 3 : 2);
   const auto t0 = std::chrono::steady_clock::now();
   Status s;
   switch (request.kind()) {
@@ -82,6 +90,53 @@ Status Runner::call_with(const std::vector<int64_t>& ids, int64_t start, const P
   }
   if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return s;
+}
+
+Status Runner::call_rows(const std::vector<Row>& rows, Tensor& logits, double* ms) {
+  const bool slots = engine_.max_batch() > 0;
+  if (!slots && rows.size() != 1) return invalid_argument("an engine without KV-cache slots runs one sequence a call");
+  size_t seq = 0;
+  for (const Row& r : rows) seq = std::max(seq, r.ids.size());
+  std::vector<int64_t> tokens, positions, slot_ids;
+  for (const Row& r : rows) {
+    const size_t pad = seq - r.ids.size();
+    for (size_t t = 0; t < seq; ++t) {
+      tokens.push_back(t < pad ? 0 : r.ids[t - pad]);  // padding: a valid id at position -1
+      positions.push_back(t < pad ? -1 : r.start + static_cast<int64_t>(t - pad));
+    }
+    slot_ids.push_back(r.slot);
+  }
+  const Dims dims{static_cast<int64_t>(rows.size()), static_cast<int64_t>(seq)};
+  const TensorView in[3] = {{tokens.data(), DataType::kI64, dims},
+                            {positions.data(), DataType::kI64, dims},
+                            {slot_ids.data(), DataType::kI64, Dims{static_cast<int64_t>(rows.size())}}};
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s;
+  {
+    auto g = OptimizationProfileGuard::automatic();
+    s = session_.run(std::span(in, slots ? 3 : 2), std::span(&logits, 1));
+  }
+  if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return s;
+}
+
+bool Runner::fits(const Dims& tokens) const {
+  for (const std::vector<InputProfileBounds>& bounds : engine_.profiles().bounds) {
+    const InputProfileBounds& b = bounds[0];
+    bool inside = b.min.rank() == tokens.rank();
+    for (int32_t d = 0; inside && d < tokens.rank(); ++d) inside = b.min[d] <= tokens[d] && tokens[d] <= b.max[d];
+    if (inside) return true;
+  }
+  return false;
+}
+
+int64_t Runner::capacity() const {
+  if (engine_.max_batch() == 0) return 1;
+  int64_t largest = 1;
+  for (const std::vector<InputProfileBounds>& bounds : engine_.profiles().bounds) {
+    largest = std::max(largest, bounds[0].max[0]);
+  }
+  return std::min(largest, engine_.max_batch());
 }
 
 int32_t Runner::profile_index(const std::string& name) const {

@@ -28,6 +28,22 @@ class Runner {
   Status call(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, TensorView& logits,
               double* ms = nullptr);
 
+  /// One row of call_rows: token ids at positions start.. in KV-cache slot `slot`.
+  struct Row {
+    std::vector<int64_t> ids;
+    int64_t start = 0;
+    int64_t slot = 0;
+  };
+  /// Runs several sequences in one call of a batched engine (automatic profile selection):
+  /// rows left-padded to the longest (docs/ARCHITECTURE.md, "Batches and KV-cache slots").
+  /// `logits` receives [rows, 1, vocab]. On an engine without slots, one row in slot 0.
+  Status call_rows(const std::vector<Row>& rows, Tensor& logits, double* ms = nullptr);
+  /// Whether some profile takes `tokens` of these dims ([rows, seq]).
+  bool fits(const Dims& tokens) const;
+  /// The sequences one session holds at once: the engine's KV-cache slots, capped by the
+  /// largest batch of its profiles; 1 for an engine without slots.
+  int64_t capacity() const;
+
   /// A fresh session (a new KV cache).
   Status reset();
 

@@ -5,6 +5,7 @@
 //
 //   inputs:  tokens    [batch, seq] i64   token ids, each in [0, vocab)
 //            positions [batch, seq] i64   their positions in the KV cache, in [0, max context)
+//            slots     [batch]      i64   batched engines only: each row's KV-cache slot
 //   outputs: logits    [batch, 1, vocab] f32 (or [batch, seq, vocab] for all-position engines)
 #pragma once
 
@@ -14,6 +15,9 @@ namespace gearbox {
 inline constexpr const char* kTokensBinding = "tokens";
 /// Positions input (where each token's K/V are written and which keys it may see).
 inline constexpr const char* kPositionsBinding = "positions";
+/// KV-cache slot per row (batched engines only): in [0, Engine::max_batch()), or -1 for
+/// a row of padding.
+inline constexpr const char* kSlotsBinding = "slots";
 /// Logits output.
 inline constexpr const char* kLogitsBinding = "logits";
 /// Names of the two dims of `tokens` and `positions`.

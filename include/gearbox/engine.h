@@ -152,6 +152,10 @@ class GEARBOX_API Engine {
   std::span<const BindingInfo> outputs() const noexcept;
   /// The maximum context (KV cache rows) of a session.
   int64_t max_context() const noexcept;
+  /// The KV-cache slots of a session of a batched engine (inputs `tokens` and `positions`
+  /// [batch, seq], `slots` [batch]): the most sequences one session holds. 0 for an engine
+  /// of one sequence (`tokens` [1, seq], no `slots`).
+  int64_t max_batch() const noexcept;
   /// A metadata value (e.g. "tokenizer.bos"), or empty when absent.
   std::string metadata(const std::string& key) const;
   /// Bytes of weights on the device.
@@ -243,6 +247,13 @@ class GEARBOX_API Session {
   int32_t active_profile() const;
   /// Waits for the session's in-flight work; returns its error, if any.
   Status synchronize();
+  /// Batched engines: frees KV-cache slot `slot` for a new sequence. The next row naming it
+  /// must start at position 0; no row ever reads keys another sequence wrote. Errors:
+  /// kInvalidArgument for a slot outside [0, Engine::max_batch()).
+  [[nodiscard]] Status release_slot(int64_t slot);
+  /// Batched engines: the rows the sequence in `slot` has written (its next position); 0
+  /// for a free slot or one outside the session.
+  int64_t slot_length(int64_t slot) const;
 
   /// Moves the session (its context, KV cache and in-flight work) to a new owner.
   Session(Session&&) noexcept;

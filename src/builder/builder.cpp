@@ -112,12 +112,16 @@ class NodeBench {
       }
       return;
     }
-    // Integer inputs: token ids inside the vocabulary, or consecutive positions.
+    // Integer inputs: token ids inside the vocabulary, distinct KV-cache slots, or
+    // consecutive positions.
     const bool ids = node.kind == ir::OpKind::kEmbedding && node.inputs[0] == tensor;
+    const bool slots = node.kind == ir::OpKind::kAttention && node.inputs.size() > 4 && node.inputs[4] == tensor;
     const int64_t vocab = ids ? net_.weights[static_cast<size_t>(node.weights[0])].dims[0] : 0;
     std::uniform_int_distribution<int64_t> token(0, std::max<int64_t>(vocab - 1, 0));
     for (int64_t i = 0; i < count; ++i) {
-      const int64_t v = ids ? token(rng) : std::min(position_base + i, net_.max_context - 1);
+      const int64_t v = ids     ? token(rng)
+                        : slots ? i % std::max<int64_t>(net_.slots, 1)
+                                : std::min(position_base + i, net_.max_context - 1);
       if (type == DataType::kI64) {
         static_cast<int64_t*>(data)[i] = v;
       } else {
@@ -128,7 +132,9 @@ class NodeBench {
 
   Status allocate_states() {
     for (const ir::StateSpec& s : net_.states) {
-      const int64_t bytes = s.rows * s.width * static_cast<int64_t>(data_type_size(device_.storage_type(s.dtype)));
+      const int64_t caches = std::max<int64_t>(net_.slots, 1);  // a batched network: one per slot
+      const int64_t bytes =
+          caches * s.rows * s.width * static_cast<int64_t>(data_type_size(device_.storage_type(s.dtype)));
       for (int kv = 0; kv < 2; ++kv) {
         Result<DeviceBuffer> buf = device_.allocate(bytes);
         if (!buf.ok()) return buf.status();
@@ -179,6 +185,10 @@ Status validate_profiles(const ir::Network& net, std::span<const format::Profile
         Status s = ir::check_input_dims(net, i, *d);
         if (!s.ok()) return s.with_context(label);
       }
+      if (net.slots > 0 && b.max[0] > net.slots) {
+        return invalid_argument(label + ": input " + input + " has a batch of up to " + std::to_string(b.max[0]) +
+                                ", above the network's " + std::to_string(net.slots) + " KV-cache slots");
+      }
       for (int32_t d = 0; d < b.min.rank(); ++d) {
         if (!(b.min[d] <= b.opt[d] && b.opt[d] <= b.max[d])) {
           return invalid_argument(label + ": input " + input + " dim " + std::to_string(d) +
@@ -199,6 +209,7 @@ Status validate_profiles(const ir::Network& net, std::span<const format::Profile
 Result<format::TacticTable> tune(const ir::Network& net, std::span<const format::ProfileDesc> profiles,
                                  const DeviceBackend& device, const DeviceWeights& weights,
                                  const BuildOptions& options) {
+  GEARBOX_RETURN_IF_ERROR(check_device_runs(device, net));
   format::TacticTable table;
   table.device = device.kind();
   table.device_name = device.device_name();

@@ -30,9 +30,10 @@ namespace gearbox::format {
 inline constexpr char kMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
 /// The newest format version; a reader takes 1 up to this one (docs/COMPATIBILITY.md).
 /// Version 2 adds the generic op kinds and appends their attrs (code, axis, flags, alpha,
-/// beta, ints) to every node. The writer writes version 1 for a network that needs none
-/// of that, so such engines stay readable by older gearbox.
-inline constexpr uint32_t kFormatVersion = 2;
+/// beta, ints) to every node. Version 3 appends the KV-cache slot count of a batched
+/// network. The writer writes the oldest version that holds the network (1 for one that
+/// needs none of that), so such engines stay readable by older gearbox.
+inline constexpr uint32_t kFormatVersion = 3;
 /// The op kinds a version-1 file may hold (kEmbedding..kTakeLast).
 inline constexpr uint32_t kMaxOpKindV1 = 9;
 inline constexpr uint64_t kPayloadAlignment = 64;

@@ -156,6 +156,13 @@ Status read_network(ByteReader& r, ir::Network& net, uint32_t version) {
            read_ids(r, "outputs", n.outputs) && read_ids(r, "weights", n.weights) && read_attrs(r, n.attrs, version);
   }));
   if (!r.i64("max_context", net.max_context)) return r.status();
+  if (version >= 3) {
+    if (!r.i64("slots", net.slots)) return r.status();
+    if (net.slots < 1) {
+      r.fail("slots", "is " + str(net.slots) + "; a version-3 network has at least 1");
+      return r.status();
+    }
+  }
   return Status::ok_status();
 }
 

@@ -27,10 +27,11 @@ void write_ids(ByteWriter& w, const std::vector<int32_t>& ids) {
   for (int32_t id : ids) w.i32(id);
 }
 
-// The oldest format version that holds `net`: 1 unless a node is a generic op or sets one
-// of version 2's attrs, so that an engine of version-1 ops stays readable by a gearbox
-// that reads only version 1.
+// The oldest format version that holds `net`: 3 for a batched network (its slot count);
+// else 1 unless a node is a generic op or sets one of version 2's attrs, so that an engine
+// of version-1 ops stays readable by a gearbox that reads only version 1.
 uint32_t format_version_for(const ir::Network& net) {
+  if (net.slots != 0) return 3;
   const ir::OpAttrs defaults;
   for (const ir::Node& n : net.nodes) {
     const ir::OpAttrs& a = n.attrs;
@@ -102,6 +103,7 @@ void write_network(ByteWriter& w, const ir::Network& net, uint32_t version) {
     write_attrs(w, n.attrs, version);
   }
   w.i64(net.max_context);
+  if (version >= 3) w.i64(net.slots);
 }
 
 void write_profiles(ByteWriter& w, const std::vector<ProfileDesc>& profiles) {

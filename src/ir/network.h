@@ -19,11 +19,15 @@
 //                (scale < 1: linear RoPE scaling), inv_freq_i from the weight when there is
 //                one (Llama-3 scaling precomputes them), else theta^(-2i/head_dim).
 //   kAttention   in: q [B, T, heads*hd], k [B, T, kv_heads*hd], v [B, T, kv_heads*hd],
-//                positions [B, T]  state: slot `state` (K and V caches, [max_ctx, kv_heads*hd])
-//                out: [B, T, heads*hd]. B must be 1. Writes k, v at their positions, then
-//                each query at position p attends causally to cache rows j <= p (and
-//                j > p - window when window > 0), scores scaled by `scale`, query head h
-//                reading kv head h / (heads / kv_heads).
+//                positions [B, T], optional slots [B] (i32/i64)  state: index `state` (K
+//                and V caches, [max(1, slots) * max_ctx, kv_heads*hd])  out: [B, T, heads*hd].
+//                Writes k, v at their positions, then each query at position p attends
+//                causally to cache rows j <= p (and j > p - window when window > 0), scores
+//                scaled by `scale`, query head h reading kv head h / (heads / kv_heads).
+//                Without slots B must be 1 (one cache). With slots (a batched network,
+//                Network::slots > 0) row b uses cache slots[b] (rows slots[b] * max_ctx
+//                on); a position of -1 is left padding (no write, output 0), a row with
+//                slot -1 is all padding.
 //   kGeluTanhMul in: gate, up [..., F]  out: gelu_tanh(gate) * up
 //   kSiluMul     in: gate, up [..., F]  out: silu(gate) * up
 //   kAdd         in: a, b (same shape)  out: a + b
@@ -277,6 +281,9 @@ struct Network {
   std::vector<StateSpec> states;
   std::vector<Node> nodes;
   int64_t max_context = 0;  ///< the KV caches' rows; positions must stay below it
+  /// KV-cache slots of a batched network (each state holds this many caches of
+  /// max_context rows; the attention nodes take a `slots` input); 0: one sequence, no slots.
+  int64_t slots = 0;
 };
 
 }  // namespace gearbox::ir

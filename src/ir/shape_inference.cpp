@@ -88,7 +88,17 @@ class Inferer {
       case OpKind::kAttention: {
         const Dims& q = in(0);
         GEARBOX_RETURN_IF_ERROR(need_rank(q, 3, 0));
-        if (q[0] != 1) return fail("batch " + std::to_string(q[0]) + " is not supported: attention needs batch 1");
+        if (node.inputs.size() < 5 && q[0] != 1) {
+          return fail("batch " + std::to_string(q[0]) +
+                      " needs a network with KV-cache slots: attention without them has batch 1");
+        }
+        if (node.inputs.size() >= 5) {
+          const Dims& slots = in(4);
+          if (slots.rank() != 1 || slots[0] != q[0]) {
+            return fail("slots " + slots.to_string() + " must be [" + std::to_string(q[0]) + "], one per row of q " +
+                        q.to_string());
+          }
+        }
         const int64_t qw = static_cast<int64_t>(a.heads) * a.head_dim;
         const int64_t kvw = static_cast<int64_t>(a.kv_heads) * a.head_dim;
         if (q[2] != qw)

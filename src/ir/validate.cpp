@@ -1,5 +1,6 @@
 #include "ir/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -15,6 +16,7 @@ namespace {
 
 // A state (one KV cache half) may be at most 1 TiB; anything larger is a corrupt spec.
 constexpr uint64_t kMaxStateBytes = uint64_t{1} << 40;
+constexpr int64_t kMaxSlots = int64_t{1} << 16;  // KV-cache slots of a batched network
 constexpr uint64_t kWeightAlignment = 64;
 
 bool finite(float v) { return std::isfinite(v); }
@@ -114,6 +116,10 @@ class Validator {
     if (net_.max_context < 0) {
       return invalid_argument("max_context " + std::to_string(net_.max_context) + " is negative");
     }
+    if (net_.slots < 0 || net_.slots > kMaxSlots) {
+      return invalid_argument("slots " + std::to_string(net_.slots) + " is outside [0, " + std::to_string(kMaxSlots) +
+                              "]");
+    }
     if (!net_.states.empty() && net_.max_context < 1) {
       return invalid_argument("max_context is " + std::to_string(net_.max_context) +
                               " but the network has states (KV caches); it must be at least 1");
@@ -132,11 +138,11 @@ class Validator {
         return invalid_argument(label + ": rows " + std::to_string(s.rows) + " differ from max_context " +
                                 std::to_string(net_.max_context));
       }
-      const auto rows = static_cast<uint64_t>(s.rows);
+      const auto rows = static_cast<uint64_t>(s.rows) * static_cast<uint64_t>(std::max<int64_t>(net_.slots, 1));
       const auto width = static_cast<uint64_t>(s.width);
       const uint64_t size = data_type_size(s.dtype);
       if (width > (kMaxStateBytes - 1) / size / rows) {
-        return invalid_argument(label + ": " + std::to_string(s.rows) + " x " + std::to_string(s.width) + " " +
+        return invalid_argument(label + ": " + std::to_string(rows) + " x " + std::to_string(s.width) + " " +
                                 data_type_name(s.dtype) + " is 1 TiB or more");
       }
     }
@@ -369,7 +375,12 @@ class Validator {
   }
 
   Status check_attention(const Node& node) const {
-    GEARBOX_RETURN_IF_ERROR(arity(node, 4, 1, 0, "(q, k, v, positions)"));
+    if (net_.slots > 0) {
+      GEARBOX_RETURN_IF_ERROR(arity(node, 5, 1, 0, "(q, k, v, positions, slots) in a network with slots"));
+      GEARBOX_RETURN_IF_ERROR(index_input(node, 4, "slots"));
+    } else {
+      GEARBOX_RETURN_IF_ERROR(arity(node, 4, 1, 0, "(q, k, v, positions)"));
+    }
     GEARBOX_RETURN_IF_ERROR(index_input(node, 3, "positions"));
     const OpAttrs& a = node.attrs;
     if (a.heads <= 0 || a.kv_heads <= 0) {

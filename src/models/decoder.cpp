@@ -200,6 +200,7 @@ Status validate_description(const DecoderDescription& d) {
   GEARBOX_RETURN_IF_ERROR(positive(d.kv_heads, "num_key_value_heads"));
   GEARBOX_RETURN_IF_ERROR(positive(d.head_dim, "head_dim"));
   GEARBOX_RETURN_IF_ERROR(positive(d.max_context, "max context"));
+  if (d.max_batch < 0) return invalid_argument("the maximum batch must be >= 0, got " + std::to_string(d.max_batch));
   if (d.heads % d.kv_heads != 0) {
     return invalid_argument("num_attention_heads (" + std::to_string(d.heads) +
                             ") must be a multiple of num_key_value_heads (" + std::to_string(d.kv_heads) + ")");
@@ -312,10 +313,19 @@ Result<BuiltModel> build_decoder(const DecoderDescription& c, WeightSource& sour
   ir::Network& net = b.net();
   net.max_context = c.max_context;
 
+  const bool batched = c.max_batch > 0;
+  const int64_t batch = batched ? -1 : 1;
   const int32_t tokens = b.tensor(kTokensBinding, DataType::kI64);
   const int32_t positions = b.tensor(kPositionsBinding, DataType::kI64);
-  net.inputs.push_back({tokens, Dims{1, -1}, {kBatchDim, kSeqDim}});
-  net.inputs.push_back({positions, Dims{1, -1}, {kBatchDim, kSeqDim}});
+  net.inputs.push_back({tokens, Dims{batch, -1}, {kBatchDim, kSeqDim}});
+  net.inputs.push_back({positions, Dims{batch, -1}, {kBatchDim, kSeqDim}});
+  int32_t slots = -1;
+  if (batched) {
+    if (c.all_logits) return invalid_argument("a batched network gives the last position's logits only");
+    net.slots = c.max_batch;
+    slots = b.tensor(kSlotsBinding, DataType::kI64);
+    net.inputs.push_back({slots, Dims{-1}, {kBatchDim}});
+  }
 
   const DataType wt = c.dtype;
   auto weight = [&](const std::string& name, Dims dims) { return b.weight(name, dims, wt); };
@@ -406,7 +416,9 @@ Result<BuiltModel> build_decoder(const DecoderDescription& c, WeightSource& sour
     attn.window = static_cast<int32_t>(layer.window);
     attn.scale = 1.0f / std::sqrt(c.query_pre_attn_scalar);
     attn.state = static_cast<int32_t>(i);
-    const int32_t a = b.one(OpKind::kAttention, l + "attention", {qr, kr, qkv[2], positions}, {}, attn);
+    std::vector<int32_t> attn_inputs = {qr, kr, qkv[2], positions};
+    if (batched) attn_inputs.push_back(slots);
+    const int32_t a = b.one(OpKind::kAttention, l + "attention", std::move(attn_inputs), {}, attn);
     linear.has_bias = c.o_bias ? 1 : 0;
     int32_t o = b.one(OpKind::kLinear, l + "o_proj", {a}, o_weights, linear);
     if (c.sandwich_norms) o = b.one(OpKind::kRmsNorm, l + "post_attention_norm", {o}, {post_attn}, norm);

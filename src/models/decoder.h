@@ -93,6 +93,9 @@ struct DecoderDescription {
   DataType dtype = DataType::kF32;  ///< weight dtype (biases and RoPE tables are always f32)
   /// Logits for every position ([1, T, V]) instead of the last one ([1, 1, V]).
   bool all_logits = false;
+  /// KV-cache slots of a batched network (the most sequences one session holds): inputs
+  /// `tokens` and `positions` [B, seq] and `slots` [B]. 0: today's batch-1 network.
+  int64_t max_batch = 0;
 };
 
 /// Checks sizes and values: positive extents, heads a multiple of kv_heads, an even
@@ -137,7 +140,9 @@ struct BuiltModel {
 };
 
 /// Builds the network: inputs `tokens` and `positions` ([1, seq], i64), output `logits`
-/// (f32, [1, 1, vocab] or [1, seq, vocab] with all_logits). Llama3-scaled RoPE carries its
+/// (f32, [1, 1, vocab] or [1, seq, vocab] with all_logits); with max_batch > 0, `tokens`
+/// and `positions` [batch, seq], `slots` [batch] (i64) and logits [batch, 1, vocab]
+/// (docs/ARCHITECTURE.md, "Batches and KV-cache slots"). Llama3-scaled RoPE carries its
 /// inverse frequencies as an f32 weight "rope.inv_freq.K" (one per distinct RoPE). Errors:
 /// validate_description()'s, then the weight source's.
 Result<BuiltModel> build_decoder(const DecoderDescription& description, WeightSource& weights);

@@ -103,6 +103,7 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
     if (!device.ok()) return device.status();
     core->device_ = *device;
+    GEARBOX_RETURN_IF_ERROR(check_device_runs(*core->device_, net));
     for (const ir::InputSpec& in : net.inputs) {
       const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
       if (core->device_->storage_type(declared) != declared) {
@@ -151,6 +152,10 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
       } else if ((node.kind == ir::OpKind::kRope && node.inputs[1] == tensor) ||
                  (node.kind == ir::OpKind::kAttention && node.inputs[3] == tensor)) {
         core->input_value_limit_[i] = net.max_context;
+        if (net.slots > 0) core->positions_input_ = static_cast<int32_t>(i);
+      } else if (node.kind == ir::OpKind::kAttention && node.inputs.size() > 4 && node.inputs[4] == tensor) {
+        core->input_value_limit_[i] = net.slots;
+        core->slots_input_ = static_cast<int32_t>(i);
       }
     }
   }

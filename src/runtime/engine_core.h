@@ -48,6 +48,10 @@ class EngineCore {
   /// For an input of token ids: the vocabulary size (ids must be in [0, limit)); for an
   /// input of positions: the maximum context; 0 for other inputs.
   int64_t input_value_limit(size_t input) const { return input_value_limit_[input]; }
+  /// For a batched network (ir::Network::slots > 0): the inputs of its attention nodes'
+  /// positions and slots; -1 for a network without slots.
+  int32_t positions_input() const noexcept { return positions_input_; }
+  int32_t slots_input() const noexcept { return slots_input_; }
   /// "tokens [1, 1]..[1, 1]" for every input of `profile`, for error messages.
   std::string describe_profile(int32_t profile) const;
 
@@ -69,6 +73,8 @@ class EngineCore {
   std::vector<std::vector<Dims>> max_dims_;
   std::vector<int64_t> binding_max_bytes_;
   std::vector<int64_t> input_value_limit_;
+  int32_t positions_input_ = -1;
+  int32_t slots_input_ = -1;
   int64_t arena_bytes_ = 0;
   mutable std::atomic<bool> pin_ignored_logged_{false};
 };

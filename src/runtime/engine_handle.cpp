@@ -56,6 +56,7 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   Result<std::unique_ptr<HostOutputs>> host_outputs = h->engine_->device().create_host_outputs(spec);
   if (!host_outputs.ok()) return host_outputs.status();
   h->host_outputs_ = std::move(*host_outputs);
+  h->slots_ = SlotTable(h->engine_->network().slots, h->engine_->network().max_context);
   return h;
 }
 
@@ -143,6 +144,16 @@ bool EngineHandle::inflight_pending() const {
   return inflight_pending_;
 }
 
+Status EngineHandle::release_slot(int64_t slot) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_.release(slot);
+}
+
+int64_t EngineHandle::slot_length(int64_t slot) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_.length(slot);
+}
+
 Status EngineHandle::check_inputs(std::span<const TensorView> inputs, std::vector<Dims>& dims) const {
   const std::span<const BindingInfo> bindings = engine_->inputs();
   if (inputs.size() != bindings.size()) {
@@ -163,10 +174,13 @@ Status EngineHandle::check_inputs(std::span<const TensorView> inputs, std::vecto
 }
 
 Status EngineHandle::validate(std::span<const TensorView> inputs, std::span<const Dims> dims, int32_t profile) const {
+  const int32_t positions = engine_->positions_input(), slots = engine_->slots_input();
   for (size_t i = 0; i < inputs.size(); ++i) {
     GEARBOX_RETURN_IF_ERROR(engine_->check_bounds(profile, i, dims[i]));
     const int64_t limit = engine_->input_value_limit(i);
-    if (limit == 0 || inputs[i].memory != MemoryKind::kHost) continue;
+    // A batched engine's positions (-1 pads) and slots are the slot table's to check.
+    const bool slot_checked = static_cast<int32_t>(i) == positions || static_cast<int32_t>(i) == slots;
+    if (limit == 0 || slot_checked || inputs[i].memory != MemoryKind::kHost) continue;
     const int64_t count = dims[i].volume();
     for (int64_t k = 0; k < count; ++k) {
       const int64_t v = read_int(inputs[i].data, inputs[i].dtype, k);
@@ -175,6 +189,9 @@ Status EngineHandle::validate(std::span<const TensorView> inputs, std::span<cons
                                 std::to_string(k) + " is outside [0, " + std::to_string(limit) + ")");
       }
     }
+  }
+  if (positions >= 0 && slots >= 0) {
+    GEARBOX_RETURN_IF_ERROR(slots_.check(inputs[static_cast<size_t>(positions)], inputs[static_cast<size_t>(slots)]));
   }
   return {};
 }
@@ -216,6 +233,11 @@ Status EngineHandle::run_profile(std::span<const TensorView> inputs, std::span<c
   if (fail_at) GEARBOX_RETURN_IF_ERROR(fail_at(ExecuteStage::kBeforeEnqueue));
   // 8. Host inputs in, then the network.
   GEARBOX_RETURN_IF_ERROR(enqueue(inputs, dims, packed, stream, warm_up));
+  // A warm-up's placeholder rows are no sequence: the slots keep the lengths they had.
+  if (engine_->slots_input() >= 0 && !warm_up) {
+    slots_.commit(inputs[static_cast<size_t>(engine_->positions_input())],
+                  inputs[static_cast<size_t>(engine_->slots_input())]);
+  }
   if (fail_at) (void)fail_at(ExecuteStage::kAfterEnqueue);  // a test may wait here; it cannot fail the call
   // 9. Host outputs: copy back and drain. Device outputs only: return with work in flight.
   return *any_host ? deliver_host_outputs(stream) : mark_inflight(stream);

@@ -27,6 +27,7 @@
 
 #include "gearbox/engine.h"
 #include "runtime/execution_context.h"
+#include "runtime/slot_table.h"
 
 namespace gearbox::internal {
 
@@ -57,10 +58,16 @@ class EngineHandle {
   int32_t active_profile() const;
   /// True while work this handle enqueued may still be running (recorded, not waited on).
   bool inflight_pending() const;
+  /// Batched engines: frees KV-cache slot `slot` for a new sequence (SlotTable::release).
+  Status release_slot(int64_t slot);
+  /// Batched engines: the rows `slot`'s sequence has written (0 for a free slot).
+  int64_t slot_length(int64_t slot) const;
 
   /// Test hooks: a failure returned at a stage, and the context's switch hook.
   std::function<Status(ExecuteStage)> fail_at;
   void set_on_device_switch(std::function<void()> hook) { context_->on_device_switch = std::move(hook); }
+  /// Test access to the context (its KV caches).
+  const ExecutionContext& context() const noexcept { return *context_; }
 
  private:
   EngineHandle() = default;
@@ -135,6 +142,8 @@ class EngineHandle {
   // How the outputs reach the caller's memory (step 7 binds them, step 9 delivers host ones).
   // Declared after context_: it refers to the context's device state, so it goes first.
   std::unique_ptr<HostOutputs> host_outputs_;
+  // Batched engines: each KV-cache slot's length (checked at step 5, moved after step 8).
+  SlotTable slots_;
 };
 
 }  // namespace gearbox::internal

@@ -9,6 +9,7 @@
 
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "runtime/engine_core.h"
@@ -45,6 +46,9 @@ class ExecutionContext {
   Status take_input_fault() { return engine_->device().take_input_fault(device_state_.get()); }
   /// The device's state of this context (DeviceBackend::create_context_state), or null.
   DeviceContextState* device_state() noexcept { return device_state_.get(); }
+
+  /// Per network state: its K cache, then its V cache (device memory; tests poison them).
+  std::span<void* const> states() const noexcept { return states_; }
 
   /// Test hook: runs on the stream inside the switch marker.
   std::function<void()> on_device_switch;

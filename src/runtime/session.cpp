@@ -32,6 +32,7 @@ const ProfileTable& Engine::profiles() const noexcept { return core_->profiles()
 std::span<const BindingInfo> Engine::inputs() const noexcept { return core_->inputs(); }
 std::span<const BindingInfo> Engine::outputs() const noexcept { return core_->outputs(); }
 int64_t Engine::max_context() const noexcept { return core_->network().max_context; }
+int64_t Engine::max_batch() const noexcept { return core_->network().slots; }
 int64_t Engine::weight_bytes() const noexcept { return core_->weights().bytes(); }
 
 std::string Engine::metadata(const std::string& key) const {
@@ -124,5 +125,7 @@ Status Session::run(std::span<const TensorView> inputs, std::span<const OutputSi
 Status Session::warm_up() { return handle_->warm_up(); }
 int32_t Session::active_profile() const { return handle_->active_profile(); }
 Status Session::synchronize() { return handle_->synchronize(); }
+Status Session::release_slot(int64_t slot) { return handle_->release_slot(slot); }
+int64_t Session::slot_length(int64_t slot) const { return handle_->slot_length(slot); }
 
 }  // namespace gearbox

@@ -238,6 +238,7 @@ void expect_same(const EngineDesc& a, const EngineDesc& b) {
     EXPECT_TRUE(x.nodes[i].attrs == y.nodes[i].attrs) << "node " << i;
   }
   EXPECT_EQ(x.max_context, y.max_context);
+  EXPECT_EQ(x.slots, y.slots);
   ASSERT_EQ(a.profiles.size(), b.profiles.size());
   for (size_t p = 0; p < a.profiles.size(); ++p) {
     EXPECT_EQ(a.profiles[p].name, b.profiles[p].name);
@@ -386,7 +387,7 @@ TEST(EngineFile, EachKindOfDamageHasItsOwnMessage) {
   const std::vector<Damage> cases = {
       {"bad magic", [](Bytes& b) { b[0] = 'X'; }, "not a gearbox engine file (bad magic)"},
       {"newer version", [](Bytes& b) { put<uint32_t>(b, 8, 7); },
-       "engine format version 7 is newer than this gearbox supports (2); rebuild the engine or upgrade gearbox"},
+       "engine format version 7 is newer than this gearbox supports (3); rebuild the engine or upgrade gearbox"},
       {"version 0", [](Bytes& b) { put<uint32_t>(b, 8, 0); }, "version 0 is invalid"},
       {"small header", [](Bytes& b) { put<uint32_t>(b, 12, 12); },
        "header_bytes 12 is smaller than the version-1 header (64)"},
@@ -496,6 +497,44 @@ TEST(EngineFile, EachKindOfDamageHasItsOwnMessage) {
 }
 
 // header_bytes lets a newer header grow: a reader skips the fields it does not know.
+// The fixture as a batched network: tokens and positions [B, S], slots [B] (3 slots).
+Engine tiny_batched_decoder() {
+  Engine e = tiny_decoder();
+  ir::Network& n = e.desc.network;
+  const int32_t slots = add_tensor(n, "slots", DataType::kI64);
+  n.inputs[0].dims = Dims{-1, -1};
+  n.inputs[1].dims = Dims{-1, -1};
+  n.inputs.push_back({slots, Dims{-1}, {"batch"}});
+  n.slots = 3;
+  for (ir::Node& node : n.nodes) {
+    if (node.kind == OpKind::kAttention) node.inputs.push_back(slots);
+  }
+  const InputProfileBounds rows{Dims{1, 1}, Dims{2, 1}, Dims{3, 1}};
+  const InputProfileBounds per_row{Dims{1}, Dims{2}, Dims{3}};
+  for (ProfileDesc& p : e.desc.profiles) p.bounds = {rows, rows, per_row};
+  return e;
+}
+
+TEST(EngineFile, OnlyABatchedNetworkIsWrittenAsVersionThree) {
+  EXPECT_EQ(get_u64(serialize(tiny_decoder()), 8) & 0xFFFFFFFFu, 1u);
+  const Engine e = tiny_batched_decoder();
+  Bytes b = serialize(e);
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(get_u64(b, 8) & 0xFFFFFFFFu, 3u);
+  Result<ParsedEngine> parsed = parse_engine(b);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(e.desc, parsed->desc);
+  // The slot count closes the network section: 0 is refused by name.
+  const size_t network_end = section_body(b, 1) + get_u64(b, section_body(b, 1) - 8);
+  ASSERT_EQ(get_u64(b, network_end - 8), 3u);
+  put<int64_t>(b, network_end - 8, 0);
+  reseal(b);
+  const Status s = parse(b);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("'slots'"), std::string::npos) << s.to_string();
+  EXPECT_NE(s.message().find("a version-3 network has at least 1"), std::string::npos) << s.to_string();
+}
+
 TEST(EngineFile, ALongerHeaderIsSkipped) {
   const Engine e = tiny_decoder();
   Bytes bytes = serialize(e);

@@ -161,6 +161,11 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
     }
     case OpKind::kRope: {
       const Dims& x = in_dims(0);
+      if (net.slots > 0) {
+        return cpu::rope_rows(f(0), in(1), in_type(1), out(0), x[0], x[1], at.heads, at.head_dim, weights.rope_freqs[n],
+                              at.scale)
+            .with_context(node.name);
+      }
       return cpu::rope_with_freqs(f(0), in(1), in_type(1), out(0), x[0] * x[1], at.heads, at.head_dim,
                                   weights.rope_freqs[n], at.scale)
           .with_context(node.name);
@@ -171,6 +176,25 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
       float* k_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2]);
       float* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
       const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
+      if (node.inputs.size() > 4) {
+        cpu::SlotAttention args;
+        args.q = f(0);
+        args.k = f(1);
+        args.v = f(2);
+        args.positions = in(3);
+        args.pos_type = in_type(3);
+        args.slots = in(4);
+        args.slot_type = in_type(4);
+        args.rows = q[0];
+        args.seq = q[1];
+        args.slot_count = net.slots;
+        args.max_ctx = net.max_context;
+        args.k_cache = k_cache;
+        args.v_cache = v_cache;
+        args.out = out(0);
+        return cpu::attention_rows(args, shape, tactic == kAttentionTiled, static_cast<float*>(a.scratch))
+            .with_context(node.name);
+      }
       GEARBOX_RETURN_IF_ERROR(
           cpu::kv_cache_write(f(1), f(2), in(3), in_type(3), shape.T, width, k_cache, v_cache, net.max_context)
               .with_context(node.name));
@@ -248,6 +272,7 @@ class CpuBackend final : public DeviceBackend {
   std::string library_versions() const override { return "gearbox-cpu-kernels 1"; }
 
   DataType storage_type(DataType declared) const noexcept override { return cpu_storage(declared); }
+  bool runs_batched_networks() const noexcept override { return true; }
 
   std::vector<TacticInfo> tactics(const Node& node) const override {
     switch (node.kind) {

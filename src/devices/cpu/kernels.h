@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "gearbox/data_type.h"
 #include "gearbox/dims.h"
@@ -86,6 +87,42 @@ void attention_tiled(const float* q, const float* k_cache, const float* v_cache,
                      DataType pos_type, float* out, const AttentionShape& shape, float* scratch);
 /// Scratch floats either attention tactic needs.
 int64_t attention_scratch_floats(const AttentionShape& shape, int64_t max_ctx);
+
+// ---- batched networks (kernels_batched.cpp) ---------------------------------------------
+// B rows of S tokens; row b's positions are leading padding (-1) and then real positions,
+// its slot names its KV cache (-1: a row of padding only).
+inline constexpr int64_t kPaddingPosition = -1;
+inline constexpr int64_t kPaddingSlot = -1;
+/// Per row, its count of leading padding positions. Errors: a negative position that is not
+/// leading -1 -> kOutOfRange; positions not i32/i64 -> kInvalidArgument.
+Result<std::vector<int64_t>> row_padding(const void* positions, DataType pos_type, int64_t rows, int64_t seq);
+/// rope_with_freqs per row over its real tokens; padding tokens are copied unrotated.
+/// x, y: [rows, seq, heads * head_dim]. Errors: row_padding's (nothing written).
+Status rope_rows(const float* x, const void* positions, DataType pos_type, float* y, int64_t rows, int64_t seq,
+                 int64_t heads, int64_t head_dim, std::span<const float> inv_freq, float position_scale);
+/// The tensors of attention_rows.
+struct SlotAttention {
+  const float* q = nullptr;  ///< [rows, seq, heads * hd]
+  const float* k = nullptr;  ///< [rows, seq, kv_heads * hd]
+  const float* v = nullptr;  ///< [rows, seq, kv_heads * hd]
+  const void* positions = nullptr;
+  DataType pos_type = DataType::kI64;
+  const void* slots = nullptr;  ///< [rows]
+  DataType slot_type = DataType::kI64;
+  int64_t rows = 0;
+  int64_t seq = 0;
+  int64_t slot_count = 0;    ///< caches in k_cache / v_cache
+  int64_t max_ctx = 0;       ///< rows of one cache
+  float* k_cache = nullptr;  ///< [slot_count * max_ctx, kv_heads * hd]
+  float* v_cache = nullptr;
+  float* out = nullptr;  ///< [rows, seq, heads * hd]
+};
+/// Per row: kv_cache_write of its real tokens into its slot's caches, then attention
+/// (rowwise, or tiled when `tiled`) of its real queries; padding queries give 0. scratch:
+/// attention_scratch_floats(shape with T = seq, max_ctx). Errors (nothing written): a slot
+/// outside [-1, slot_count), one slot in two rows, a slot -1 row with a real position, a
+/// position outside [0, max_ctx) that is not padding -> kOutOfRange.
+Status attention_rows(const SlotAttention& args, const AttentionShape& shape, bool tiled, float* scratch);
 
 // ---- elementwise ----------------------------------------------------------------------------
 /// out = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).

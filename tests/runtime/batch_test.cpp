@@ -1,0 +1,336 @@
+// Batched networks on the CPU device: rows of different lengths give, row for row, the
+// logits each sequence gives alone; KV-cache slots are checked, released and reused without
+// exposing an earlier sequence's keys; rejected calls change no state.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "builder/builder.h"
+#include "core/check.h"
+#include "format/engine_file.h"
+#include "gearbox/engine.h"
+#include "gearbox/profile_guard.h"
+#include "models/decoder.h"
+#include "models/gemma3.h"
+#include "runtime/engine_handle.h"
+#include "test_engine.h"
+
+namespace gearbox {
+namespace {
+
+constexpr int64_t kMaxBatch = 8;
+constexpr int64_t kMaxSeq = 24;
+constexpr int kDecodeSteps = 16;
+constexpr float kTolerance = 1e-5f;
+
+// decode: B x 1 for B in [1, 8]; prefill: B x S for S in [1, 24].
+std::vector<format::ProfileDesc> batch_profiles() {
+  auto profile = [](const std::string& name, int64_t seq_min, int64_t seq_opt, int64_t seq_max) {
+    const InputProfileBounds rows{Dims{1, seq_min}, Dims{4, seq_opt}, Dims{kMaxBatch, seq_max}};
+    const InputProfileBounds slots{Dims{1}, Dims{4}, Dims{kMaxBatch}};
+    return format::ProfileDesc{name, {rows, rows, slots}};
+  };
+  return {profile("decode", 1, 1, 1), profile("prefill", 1, 8, kMaxSeq)};
+}
+
+struct BatchedEngine {
+  std::vector<uint8_t> bytes;
+  Engine engine{nullptr};
+};
+
+BatchedEngine make_batched_engine() {
+  models::DecoderDescription d = models::gemma3_description(testing::tiny_config());
+  d.max_batch = kMaxBatch;
+  models::RandomWeights weights(7);
+  Result<models::BuiltModel> model = models::build_decoder(d, weights);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  internal::BuildOptions options;
+  options.repetitions = 1;
+  Result<format::EngineDesc> desc = internal::build_engine(model->network, batch_profiles(), model->payload, options);
+  EXPECT_TRUE(desc.ok()) << desc.status().to_string();
+  BatchedEngine e;
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model->payload);
+  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
+  e.bytes = std::move(*bytes);
+  Result<Engine> engine = Engine::load_buffer(e.bytes);
+  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
+  e.engine = std::move(*engine);
+  return e;
+}
+
+const BatchedEngine& shared_engine() {
+  static const BatchedEngine engine = make_batched_engine();
+  return engine;
+}
+
+Session new_session(const Engine& engine) {
+  Result<Session> s = Session::create(engine);
+  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  return std::move(*s);
+}
+
+// One call's rows: each row's tokens (left-padded with token 0 at position -1 to the
+// longest), its first position and its slot.
+struct Row {
+  std::vector<int64_t> tokens;
+  int64_t start = 0;
+  int64_t slot = 0;
+};
+
+struct CallInputs {
+  std::vector<int64_t> tokens, positions, slots;
+  TensorView views[3];
+  explicit CallInputs(const std::vector<Row>& rows) {
+    size_t seq = 0;
+    for (const Row& r : rows) seq = std::max(seq, r.tokens.size());
+    for (const Row& r : rows) {
+      const size_t pad = seq - r.tokens.size();
+      for (size_t t = 0; t < seq; ++t) {
+        tokens.push_back(t < pad ? 0 : r.tokens[t - pad]);
+        positions.push_back(t < pad ? -1 : r.start + static_cast<int64_t>(t - pad));
+      }
+      slots.push_back(r.slot);
+    }
+    const Dims d{static_cast<int64_t>(rows.size()), static_cast<int64_t>(seq)};
+    views[0] = {tokens.data(), DataType::kI64, d};
+    views[1] = {positions.data(), DataType::kI64, d};
+    views[2] = {slots.data(), DataType::kI64, Dims{static_cast<int64_t>(rows.size())}};
+  }
+};
+
+// Runs one call; returns the logits, [rows, vocab].
+Result<std::vector<float>> run(Session& session, const std::vector<Row>& rows) {
+  CallInputs in(rows);
+  Tensor logits;
+  auto pick = OptimizationProfileGuard::automatic();
+  GEARBOX_RETURN_IF_ERROR(session.run(in.views, std::span(&logits, 1)));
+  const auto* f = logits.data<float>();
+  return std::vector<float>(f, f + logits.dims.volume());
+}
+
+std::vector<int64_t> prompt(int64_t length, int64_t seed) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < length; ++i) ids.push_back((seed * 31 + i * 7 + 3) % 97);
+  return ids;
+}
+
+int64_t decode_token(int64_t step, int64_t seq) { return (step * 13 + seq * 5 + 1) % 97; }
+
+float max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  float m = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return std::numeric_limits<float>::infinity();
+    m = std::max(m, std::abs(a[i] - b[i]));
+  }
+  return m;
+}
+
+// Per step (prefill, then each decode), the logits of one sequence run alone.
+std::vector<std::vector<float>> run_alone(const Engine& engine, const std::vector<int64_t>& ids, int64_t seq) {
+  Session session = new_session(engine);
+  std::vector<std::vector<float>> steps;
+  Result<std::vector<float>> prefill = run(session, {{ids, 0, 0}});
+  EXPECT_TRUE(prefill.ok()) << prefill.status().to_string();
+  steps.push_back(*prefill);
+  for (int step = 0; step < kDecodeSteps; ++step) {
+    Result<std::vector<float>> r =
+        run(session, {{{decode_token(step, seq)}, static_cast<int64_t>(ids.size()) + step, 0}});
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    steps.push_back(*r);
+  }
+  return steps;
+}
+
+class BatchRows : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(BatchRows, EachRowGivesTheLogitsOfItsSequenceAlone) {
+  const int64_t batch = GetParam();
+  const Engine& engine = shared_engine().engine;
+  const int64_t vocab = 97;
+  const int64_t lengths[] = {5, 13, 2, 9, 1, 17, 7, 11};
+  std::vector<std::vector<int64_t>> prompts;
+  std::vector<Row> rows;
+  for (int64_t b = 0; b < batch; ++b) {
+    prompts.push_back(prompt(lengths[b], b));
+    rows.push_back({prompts.back(), 0, (b * 3 + 1) % kMaxBatch});  // slots apart from row order
+  }
+  Session session = new_session(engine);
+  std::vector<std::vector<std::vector<float>>> batched(static_cast<size_t>(kDecodeSteps + 1));
+  Result<std::vector<float>> prefill = run(session, rows);
+  ASSERT_TRUE(prefill.ok()) << prefill.status().to_string();
+  batched[0].push_back(*prefill);
+  for (int step = 0; step < kDecodeSteps; ++step) {
+    std::vector<Row> decode;
+    for (int64_t b = 0; b < batch; ++b) {
+      decode.push_back({{decode_token(step, b)}, lengths[b] + step, rows[static_cast<size_t>(b)].slot});
+    }
+    Result<std::vector<float>> r = run(session, decode);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    batched[static_cast<size_t>(step + 1)].push_back(*r);
+  }
+  for (int64_t b = 0; b < batch; ++b) {
+    const std::vector<std::vector<float>> alone = run_alone(engine, prompts[static_cast<size_t>(b)], b);
+    for (size_t step = 0; step < alone.size(); ++step) {
+      const std::span<const float> row(batched[step][0].data() + b * vocab, static_cast<size_t>(vocab));
+      EXPECT_LE(max_abs_diff(row, alone[step]), kTolerance) << "row " << b << " step " << step;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Batches, BatchRows, ::testing::Values(1, 2, 3, 8));
+
+TEST(Batch, BatchedEngineReportsItsSlotsAndBindings) {
+  const Engine& engine = shared_engine().engine;
+  EXPECT_EQ(engine.max_batch(), kMaxBatch);
+  ASSERT_EQ(engine.inputs().size(), 3u);
+  EXPECT_EQ(engine.inputs()[2].name, "slots");
+  EXPECT_EQ(engine.inputs()[0].dims, (Dims{-1, -1}));
+}
+
+TEST(Batch, FormatVersionThreeOnlyForBatchedNetworks) {
+  uint32_t version = 0;
+  std::memcpy(&version, shared_engine().bytes.data() + 8, 4);
+  EXPECT_EQ(version, 3u);
+  const testing::TestEngine one = testing::make_engine(testing::tiny_config(), testing::decode_prefill_profiles(16));
+  std::memcpy(&version, one.bytes.data() + 8, 4);
+  EXPECT_EQ(version, 1u);
+  EXPECT_EQ(one.engine.max_batch(), 0);
+  Result<format::ParsedEngine> parsed = format::parse_engine(shared_engine().bytes);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->desc.network.slots, kMaxBatch);
+}
+
+TEST(Batch, BatchOfOneMatchesTheUnbatchedEngine) {
+  const testing::TestEngine one = testing::make_engine(testing::tiny_config(), testing::decode_prefill_profiles(16));
+  Session plain = new_session(one.engine);
+  const std::vector<int64_t> ids = prompt(6, 4);
+  testing::TokenInputs in(ids, 0);
+  Tensor logits;
+  {
+    auto pick = OptimizationProfileGuard::automatic();
+    ASSERT_TRUE(plain.run(in.span(), std::span(&logits, 1)).ok());
+  }
+  const std::vector<std::vector<float>> alone = run_alone(shared_engine().engine, ids, 0);
+  EXPECT_LE(max_abs_diff(std::span(logits.data<float>(), 97), alone[0]), kTolerance);
+}
+
+// Fills every cache row of `slot` with NaN.
+void poison_slot(const Session& session, int64_t slot) {
+  const internal::ExecutionContext& ctx = session.handle()->context();
+  const ir::Network& net = shared_engine().engine.core()->network();
+  for (size_t s = 0; s < net.states.size(); ++s) {
+    const int64_t floats = net.max_context * net.states[s].width;
+    for (size_t kv = 0; kv < 2; ++kv) {
+      float* cache = static_cast<float*>(ctx.states()[s * 2 + kv]) + slot * floats;
+      std::fill_n(cache, floats, std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
+
+TEST(Batch, ReleasedSlotNeverExposesTheOldSequence) {
+  const Engine& engine = shared_engine().engine;
+  Session session = new_session(engine);
+  // Sequence A fills 20 rows of slot 5 while sequence C runs in slot 0.
+  ASSERT_TRUE(run(session, {{prompt(20, 1), 0, 5}, {prompt(3, 2), 0, 0}}).ok());
+  EXPECT_EQ(session.slot_length(5), 20);
+  ASSERT_TRUE(session.release_slot(5).ok());
+  EXPECT_EQ(session.slot_length(5), 0);
+  // A new sequence may not pick up where the old one was.
+  EXPECT_FALSE(run(session, {{prompt(2, 3), 20, 5}}).ok());
+  EXPECT_FALSE(run(session, {{prompt(2, 3), 1, 5}}).ok());
+  poison_slot(session, 5);
+  // Sequence B in the poisoned slot, beside C's next step: B gives what it gives alone.
+  const std::vector<int64_t> b = prompt(6, 9);
+  Result<std::vector<float>> got = run(session, {{b, 0, 5}, {{4}, 3, 0}});
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  const std::vector<std::vector<float>> alone = run_alone(engine, b, 0);
+  EXPECT_LE(max_abs_diff(std::span(got->data(), 97), alone[0]), kTolerance);
+  for (int step = 0; step < 4; ++step) {
+    Result<std::vector<float>> r = run(session, {{{decode_token(step, 0)}, 6 + step, 5}});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_LE(max_abs_diff(*r, alone[static_cast<size_t>(step + 1)]), kTolerance) << "step " << step;
+  }
+}
+
+TEST(Batch, BadSlotsAreErrorsThatChangeNoState) {
+  const Engine& engine = shared_engine().engine;
+  Session session = new_session(engine);
+  Session reference = new_session(engine);
+  const std::vector<Row> prefill = {{prompt(4, 1), 0, 2}, {prompt(7, 2), 0, 6}};
+  ASSERT_TRUE(run(session, prefill).ok());
+  ASSERT_TRUE(run(reference, prefill).ok());
+  const int32_t profile = session.active_profile();
+
+  const std::vector<std::pair<std::string, std::vector<Row>>> bad = {
+      {"slot past the pool", {{{5}, 4, 8}}},           {"negative slot", {{{5}, 4, -2}}},
+      {"duplicate slots", {{{5}, 4, 2}, {{6}, 4, 2}}}, {"padding slot with a real token", {{{5}, 4, -1}}},
+      {"gap after the sequence", {{{5}, 5, 2}}},       {"fresh slot not at 0", {{{5}, 1, 3}}},
+  };
+  for (const auto& [what, rows] : bad) {
+    Result<std::vector<float>> r = run(session, rows);
+    EXPECT_FALSE(r.ok()) << what;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << what << ": " << r.status().to_string();
+    }
+  }
+  // Non-consecutive positions in one row.
+  {
+    CallInputs in({{{5, 6}, 4, 2}});
+    in.positions[1] = 7;
+    Tensor logits;
+    auto pick = OptimizationProfileGuard::automatic();
+    EXPECT_EQ(session.run(in.views, std::span(&logits, 1)).code(), StatusCode::kInvalidArgument);
+  }
+  // A batch above the profile's (and the pool's) maximum.
+  {
+    std::vector<Row> nine;
+    for (int64_t b = 0; b < 9; ++b) nine.push_back({{5}, 0, b});
+    EXPECT_FALSE(run(session, nine).ok());
+  }
+  // Pinned to decode, a prefill-shaped call is refused too.
+  {
+    CallInputs in({{{5, 6}, 4, 2}});
+    Tensor logits;
+    auto pin = OptimizationProfileGuard::named("decode");
+    EXPECT_FALSE(session.run(in.views, std::span(&logits, 1)).ok());
+  }
+  EXPECT_EQ(session.active_profile(), profile);
+  EXPECT_EQ(session.slot_length(2), 4);
+  EXPECT_EQ(session.slot_length(6), 7);
+  EXPECT_EQ(session.slot_length(3), 0);
+  EXPECT_FALSE(session.release_slot(8).ok());
+  EXPECT_FALSE(session.release_slot(-1).ok());
+  // The same next step gives the same logits as a session that saw no bad call.
+  const std::vector<Row> next = {{{5}, 4, 2}, {{9}, 7, 6}};
+  Result<std::vector<float>> got = run(session, next);
+  Result<std::vector<float>> want = run(reference, next);
+  ASSERT_TRUE(got.ok() && want.ok());
+  EXPECT_EQ(*got, *want);
+}
+
+TEST(Batch, PaddingRowsCostNoWrongResults) {
+  const Engine& engine = shared_engine().engine;
+  Session session = new_session(engine);
+  const std::vector<int64_t> ids = prompt(5, 3);
+  // Row 0 is padding only (slot -1); row 1 the sequence.
+  CallInputs in({{{}, 0, -1}, {ids, 0, 4}});
+  Tensor logits;
+  auto pick = OptimizationProfileGuard::automatic();
+  ASSERT_TRUE(session.run(in.views, std::span(&logits, 1)).ok());
+  const std::vector<std::vector<float>> alone = run_alone(engine, ids, 0);
+  EXPECT_LE(max_abs_diff(std::span(logits.data<float>() + 97, 97), alone[0]), kTolerance);
+  EXPECT_EQ(session.slot_length(4), 5);
+}
+
+TEST(Batch, BatchedEngineNeedsDeviceWithBatchedKernels) {
+  // The CPU device runs it; the check that refuses it elsewhere reads the device's answer.
+  EXPECT_TRUE(shared_engine().engine.core()->device().runs_batched_networks());
+}
+
+}  // namespace
+}  // namespace gearbox

@@ -1,0 +1,114 @@
+#include "generate_batch.h"
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+
+#include "core/check.h"
+
+namespace gearbox::cli {
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vector<int64_t>>& prompts,
+                                    const BatchOptions& options) {
+  BatchOutcome out;
+  out.sequences.resize(prompts.size());
+  out.slots = runner.capacity();
+  const bool batched = runner.engine().max_batch() > 0;
+  const auto start = std::chrono::steady_clock::now();
+  std::deque<size_t> waiting;
+  for (size_t i = 0; i < prompts.size(); ++i) waiting.push_back(i);
+  std::vector<int64_t> free_slots;
+  for (int64_t s = out.slots - 1; s >= 0; --s) free_slots.push_back(s);  // lowest slot first
+  struct Running {
+    size_t index;
+    int64_t slot;
+  };
+  std::vector<Running> running;
+  Tensor logits;
+  const auto ended = [&](size_t i) {
+    const std::vector<int64_t>& g = out.sequences[i].generated;
+    return static_cast<int64_t>(g.size()) >= options.max_new ||
+           std::find(options.eos.begin(), options.eos.end(), g.back()) != options.eos.end();
+  };
+  const auto finish = [&](size_t r) -> Status {
+    const Running done = running[r];
+    running.erase(running.begin() + static_cast<std::ptrdiff_t>(r));
+    free_slots.push_back(done.slot);
+    if (batched) return runner.session().release_slot(done.slot);
+    return runner.reset();  // one sequence a session: the next starts fresh
+  };
+
+  while (!waiting.empty() || !running.empty()) {
+    // Admit waiting prompts into free slots, prefilled together where a profile takes
+    // their rows (left-padded to the longest), else in smaller groups.
+    std::vector<Running> admitted;
+    while (!waiting.empty() && !free_slots.empty()) {
+      admitted.push_back({waiting.front(), free_slots.back()});
+      waiting.pop_front();
+      free_slots.pop_back();
+    }
+    for (size_t first = 0; first < admitted.size();) {
+      size_t end = first + 1;
+      size_t longest = prompts[admitted[first].index].size();
+      while (end < admitted.size()) {
+        const size_t seq = std::max(longest, prompts[admitted[end].index].size());
+        if (!runner.fits(Dims{static_cast<int64_t>(end - first + 1), static_cast<int64_t>(seq)})) break;
+        longest = seq;
+        ++end;
+      }
+      std::vector<Runner::Row> rows;
+      const double wait_ms = ms_since(start);
+      for (size_t a = first; a < end; ++a) rows.push_back({prompts[admitted[a].index], 0, admitted[a].slot});
+      double ms = 0;
+      GEARBOX_RETURN_IF_ERROR(
+          runner.call_rows(rows, logits, &ms).with_context("prompt " + std::to_string(admitted[first].index + 1)));
+      const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+      for (size_t a = first; a < end; ++a) {
+        const size_t i = admitted[a].index;
+        SequenceResult& seq = out.sequences[i];
+        seq.wait_ms = wait_ms;
+        seq.prefill_ms = ms;
+        const float* row = logits.data<float>() + static_cast<int64_t>(a - first) * vocab;
+        GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, static_cast<int64_t>(prompts[i].size()) - 1));
+        seq.generated.push_back(options.next_token(row, vocab));
+        running.push_back(admitted[a]);
+        if (ended(i)) GEARBOX_RETURN_IF_ERROR(finish(running.size() - 1));
+      }
+      first = end;
+    }
+    if (running.empty()) continue;
+    // One decode step for every running sequence.
+    std::vector<Runner::Row> rows;
+    for (const Running& r : running) {
+      const SequenceResult& seq = out.sequences[r.index];
+      const int64_t pos = static_cast<int64_t>(prompts[r.index].size() + seq.generated.size()) - 1;
+      rows.push_back({{seq.generated.back()}, pos, r.slot});
+    }
+    double ms = 0;
+    GEARBOX_RETURN_IF_ERROR(runner.call_rows(rows, logits, &ms));
+    ++out.decode_calls;
+    out.decode_rows += static_cast<int64_t>(rows.size());
+    const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+    for (size_t r = 0; r < running.size(); ++r) {
+      SequenceResult& seq = out.sequences[running[r].index];
+      const float* row = logits.data<float>() + static_cast<int64_t>(r) * vocab;
+      GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, rows[r].start));
+      seq.generated.push_back(options.next_token(row, vocab));
+      seq.decode_ms += ms;
+    }
+    for (size_t r = running.size(); r-- > 0;) {
+      if (ended(running[r].index)) GEARBOX_RETURN_IF_ERROR(finish(r));
+    }
+  }
+  out.wall_ms = ms_since(start);
+  return out;
+}
+
+}  // namespace gearbox::cli
