@@ -1,6 +1,7 @@
 // The ExecuTorch delegate end to end: .pte programs exported by tests/executorch/
 // make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS) from transformers'
-// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, run by
+// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, and from
+// its Llama, Qwen2 and Qwen3 (tiny, random) as its own export wrapper does, run by
 // ExecuTorch's Module on the CPU device, against eager transformers' logits (reference.json).
 // The delegate holds the whole network; the integer bookkeeping that turns the positions
 // into the static cache's rows stays on ExecuTorch's portable kernels.
@@ -274,11 +275,14 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
-  // llama.pte: transformers' LlamaForCausalLM exported by its own export wrapper, inputs
-  // input_ids [1, n] and cache_position [n], logits of every position.
-  Module m(program("llama.pte"));
-  const auto& steps = reference()["llama_steps"];
+// NAME.pte: transformers' NAMEForCausalLM exported by its own export wrapper, inputs
+// input_ids [1, n] and cache_position [n], logits of every position.
+class TransformersExportWrapper : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TransformersExportWrapper, ProgramRunsPrefillThenDecodes) {
+  const std::string name = GetParam();
+  Module m(program(name + ".pte"));
+  const auto& steps = reference()["hf_steps"];
   ASSERT_EQ(steps.size(), 3u);
   for (size_t s = 0; s < steps.size(); ++s) {
     const auto tokens = steps[s]["ids"].get<std::vector<int64_t>>();
@@ -289,7 +293,7 @@ TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
     ASSERT_EQ(o.error, et::Error::Ok) << "step " << s;
     ASSERT_EQ(o.records.size(), 1u) << "one delegate";
     EXPECT_EQ(o.records[0].name, prefill ? "prefill" : "decode");
-    EXPECT_LT(max_rel_error(o.logits.at(0), logits("llama", s)), kTolerance) << "step " << s;
+    EXPECT_LT(max_rel_error(o.logits.at(0), logits(name.c_str(), s)), kTolerance) << "step " << s;
   }
   {
     auto pick = OptimizationProfileGuard::automatic();
@@ -300,6 +304,9 @@ TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
   OptimizationProfileGuard pin(0);  // decode takes one token: rejected, nothing changes
   EXPECT_NE(call(m, "forward", {5, 6}, 10, Positions::kCachePosition).error, et::Error::Ok);
 }
+
+INSTANTIATE_TEST_SUITE_P(Delegate, TransformersExportWrapper, ::testing::Values("llama", "qwen2", "qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& model) { return model.param; });
 
 TEST(Delegate, BlobHeaderIdentifiesEngines) {
   std::ifstream in(program("mini.pte"), std::ios::binary);
