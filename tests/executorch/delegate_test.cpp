@@ -25,30 +25,17 @@
 #include "gearbox/executorch/binding_names.h"
 #include "gearbox/executorch/blob.h"
 #include "gearbox/profile_guard.h"
+#include "module_fixture.h"
 
 namespace {
 
 using executorch::extension::Module;
 using gearbox::OptimizationProfileGuard;
 using gearbox::executorch::ProfileRecord;
+using gearbox::testing::program_path;
 namespace et = ::executorch::runtime;
 
-// The programs' directory: $GEARBOX_TEST_PROGRAMS, else the one the build exports to.
-std::string program(const std::string& name) {
-  const char* dir = std::getenv("GEARBOX_TEST_PROGRAMS");
-  return std::string(dir != nullptr ? dir : GEARBOX_TEST_PROGRAMS_DIR) + "/" + name;
-}
-
-// The CPU device unless GEARBOX_DEVICE names one (the tolerance is eager PyTorch's f32).
-const bool kDeviceChosen = ::setenv("GEARBOX_DEVICE", "cpu", /*overwrite=*/0) == 0;
-
-const nlohmann::json& reference() {
-  static const nlohmann::json ref = [] {
-    std::ifstream in(program("reference.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return ref;
-}
+const nlohmann::json& reference() { return gearbox::testing::reference("reference.json"); }
 
 std::vector<int64_t> ids(const char* key) { return reference()[key].get<std::vector<int64_t>>(); }
 std::vector<float> logits(const char* key, size_t call) { return reference()[key][call].get<std::vector<float>>(); }
@@ -111,7 +98,7 @@ TEST(Delegate, BackendIsRegisteredUnderTheSharedId) {
 }
 
 TEST(Delegate, ForwardMatchesEagerPyTorchOnPrefillAndDecodes) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt"), next = ids("next");
   Out a = call(m, "forward", prompt, 0);
   ASSERT_EQ(a.error, et::Error::Ok);
@@ -127,7 +114,7 @@ TEST(Delegate, ForwardMatchesEagerPyTorchOnPrefillAndDecodes) {
 }
 
 TEST(Delegate, PinsAutomaticAndNamesPickTheProfileTheySay) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt");
   {
     OptimizationProfileGuard pin(1);
@@ -156,7 +143,7 @@ TEST(Delegate, PinsAutomaticAndNamesPickTheProfileTheySay) {
 }
 
 TEST(Delegate, RejectedCallsChangeNothing) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt"), next = ids("next");
   ASSERT_EQ(call(m, "forward", prompt, 0).error, et::Error::Ok);
   {
@@ -186,7 +173,7 @@ TEST(Delegate, RejectedCallsChangeNothing) {
 
 TEST(Delegate, MethodsShareOneEngineAndDecodeContinuesPrefill) {
   const int64_t before = gearbox::executorch::loaded_engine_count();
-  Module m(program("mini_pd.pte"));
+  Module m(program_path("mini_pd.pte"));
   ASSERT_EQ(m.load_method("prefill"), et::Error::Ok);
   ASSERT_EQ(m.load_method("decode"), et::Error::Ok);
   EXPECT_EQ(gearbox::executorch::loaded_engine_count(), before + 1) << "two methods, one engine";
@@ -208,13 +195,13 @@ TEST(Delegate, MethodsShareOneEngineAndDecodeContinuesPrefill) {
     EXPECT_EQ(d.records.at(0).name, "prefill");
   }
   // A second program instance shares the engine, not the context.
-  Module other(program("mini_pd.pte"));
+  Module other(program_path("mini_pd.pte"));
   ASSERT_EQ(other.load_method("decode"), et::Error::Ok);
   EXPECT_EQ(gearbox::executorch::loaded_engine_count(), before + 1);
 }
 
 TEST(Delegate, TwoEnginesInOneMethodAnIndexMeansDifferentRegimesANameTheSame) {
-  Module m(program("two_engines.pte"));
+  Module m(program_path("two_engines.pte"));
   const int64_t id = ids("next")[0];
   {
     OptimizationProfileGuard pin(1);  // A: prefill, B: decode (records in execution order)
@@ -255,7 +242,7 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
   for (int t = 0; t < 40; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 2; ++round) {
-        auto m = std::make_unique<Module>(program(t % 2 == 0 ? "mini_pd.pte" : "mini.pte"));
+        auto m = std::make_unique<Module>(program_path(t % 2 == 0 ? "mini_pd.pte" : "mini.pte"));
         const bool pd = t % 2 == 0;
         Out p = call(*m, pd ? "prefill" : "forward", prompt, 0);
         OptimizationProfileGuard pin(0);
@@ -280,8 +267,9 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
 class TransformersExportWrapper : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TransformersExportWrapper, ProgramRunsPrefillThenDecodes) {
+  ASSERT_TRUE(gearbox::testing::device_chosen());
   const std::string name = GetParam();
-  Module m(program(name + ".pte"));
+  Module m(program_path(name + ".pte"));
   const auto& steps = reference()["hf_steps"];
   ASSERT_EQ(steps.size(), 3u);
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -309,7 +297,7 @@ INSTANTIATE_TEST_SUITE_P(Delegate, TransformersExportWrapper, ::testing::Values(
                          [](const ::testing::TestParamInfo<std::string>& model) { return model.param; });
 
 TEST(Delegate, BlobHeaderIdentifiesEngines) {
-  std::ifstream in(program("mini.pte"), std::ios::binary);
+  std::ifstream in(program_path("mini.pte"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t at = bytes.find(std::string(gearbox::executorch::kBlobMagic, 8));
   ASSERT_NE(at, std::string::npos) << "the .pte holds the engine file unchanged";
