@@ -296,10 +296,41 @@ _FULL = ("aten.full.default", "aten.zeros.default", "aten.ones.default", "aten.s
          "aten.arange.default", "aten.arange.start", "aten.arange.start_step")
 
 
+_SIZED_FULL = ("aten.full.default", "aten.zeros.default", "aten.ones.default")
+_EXTENT_DTYPES = (torch.float32, torch.int32, torch.int64)  # what an extent's source may hold
+
+
+def _extent_sources(node) -> Tuple[Optional[List[Optional[Tuple[Node, int]]]], Optional[str]]:
+    """For each extent of a full/zeros/ones of dynamic shape: None where it is a number, else
+    (tensor, dim) of the aten.sym_size.int it reads; or (None, why)."""
+    if _key(node) not in _SIZED_FULL:
+        return None, "a range of dynamic length (no IR op counts up to an extent)"
+    size, out = node.args[0], tensor_val(node).shape
+    if not isinstance(size, (list, tuple)) or len(size) != len(out):
+        return None, "a tensor made from dynamic sizes it does not list"
+    sources: List[Optional[Tuple[Node, int]]] = []
+    for e, want in zip(size, out):
+        if isinstance(e, int):
+            sources.append(None)
+            continue
+        if not isinstance(e, Node) or _key(e) != "aten.sym_size.int" or not same_extent(e.meta.get("val"), want):
+            return None, f"a tensor of extent {want} that is no tensor's extent"
+        x, dim = e.args[0], e.args[1]
+        r = _tensor(x, "the tensor holding the extent", _EXTENT_DTYPES)
+        if r:
+            return None, r
+        sources.append((x, _axis(dim, tensor_val(x).dim())))
+    return sources, None
+
+
 def _validate_full(node, state):
     v = tensor_val(node)
-    if v is None or not all(isinstance(e, int) for e in v.shape):
-        return "a tensor of dynamic shape made in the graph"
+    if v is None:
+        return _out(node)
+    if not all(isinstance(e, int) for e in v.shape):
+        if any(isinstance(a, Node) for a in node.args[1:]) or any(isinstance(a, Node) for a in node.kwargs.values()):
+            return "a tensor made from a value computed in the graph"
+        return _first(_extent_sources(node)[1], _out(node))
     nodes = []
     torch.fx.node.map_arg((node.args, node.kwargs), nodes.append)
     if nodes:
@@ -309,6 +340,9 @@ def _validate_full(node, state):
 
 @register(*_FULL, validate=_validate_full)
 def _emit_full(node, nb):
+    if not all(isinstance(e, int) for e in tensor_val(node).shape):
+        _emit_dynamic_full(node, nb)
+        return
     kwargs = {k: v for k, v in node.kwargs.items() if k in ("dtype",)}
     op = getattr(node.target, "_op", node.target)
     value = op(*node.args, **kwargs)
@@ -318,6 +352,38 @@ def _emit_full(node, nb):
     key = nb.fresh(f"{node.name}.value")
     nb.weights[key] = value.contiguous()
     nb.add("constant", node, [], weights=[key])
+
+
+def _emit_dynamic_full(node, nb):
+    """A full/zeros/ones with dynamic extents: where(cond, c, c) of a constant c holding the
+    static extents (1 at the dynamic ones), broadcast by a bool cond whose dynamic extents
+    come from the tensors the sizes were read from (x == x over one row of each). Both
+    branches are c, so cond's values (false for NaN) do not matter, only its shape."""
+    sources, _ = _extent_sources(node)
+    v = tensor_val(node)
+    rank = v.dim()
+    cond = None
+    for i, source in enumerate(sources):
+        if source is None:
+            continue
+        x, dim = source
+        xv = tensor_val(x)
+        row = nb.operand(x, "the tensor holding the extent")
+        for axis in range(xv.dim()):  # one element along every other axis
+            if axis != dim and xv.shape[axis] != 1:
+                row = nb.emit("slice", f"{node.name}.extent{i}", [row], xv.dtype, attrs=_slice_attrs(axis, 0, 1, 1))
+        spec = [1] * rank
+        spec[i] = -(dim + 2)
+        row = nb.emit("reshape", f"{node.name}.extent{i}", [row], xv.dtype, attrs={"shape": spec})
+        c = nb.emit("binary", f"{node.name}.extent{i}", [row, row], torch.bool, attrs={"code": "eq"})
+        cond = c if cond is None else nb.emit("binary", f"{node.name}.extents", [cond, c], torch.bool,
+                                              attrs={"code": "logical_and"})
+    kwargs = {k: a for k, a in node.kwargs.items() if k in ("dtype",)}
+    static = [e if isinstance(e, int) else 1 for e in node.args[0]]
+    op = getattr(node.target, "_op", node.target)
+    value = op(static, *node.args[1:], **kwargs)
+    c = nb.constant(value, f"{node.name}.value")
+    nb.add("where", node, [cond, c, c])
 
 
 # Shape queries and metadata checks: no value of their own in the network.

@@ -1,6 +1,7 @@
 // The ExecuTorch delegate end to end: .pte programs exported by tests/executorch/
 // make_test_programs.py (directory in $GEARBOX_TEST_PROGRAMS) from transformers'
-// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, run by
+// Gemma3ForCausalLM (mini config, random weights) as `python -m gearbox.export` does, and from
+// its Llama, Qwen2 and Qwen3 (tiny, random) as its own export wrapper does, run by
 // ExecuTorch's Module on the CPU device, against eager transformers' logits (reference.json).
 // The delegate holds the whole network; the integer bookkeeping that turns the positions
 // into the static cache's rows stays on ExecuTorch's portable kernels.
@@ -24,30 +25,17 @@
 #include "gearbox/executorch/binding_names.h"
 #include "gearbox/executorch/blob.h"
 #include "gearbox/profile_guard.h"
+#include "module_fixture.h"
 
 namespace {
 
 using executorch::extension::Module;
 using gearbox::OptimizationProfileGuard;
 using gearbox::executorch::ProfileRecord;
+using gearbox::testing::program_path;
 namespace et = ::executorch::runtime;
 
-// The programs' directory: $GEARBOX_TEST_PROGRAMS, else the one the build exports to.
-std::string program(const std::string& name) {
-  const char* dir = std::getenv("GEARBOX_TEST_PROGRAMS");
-  return std::string(dir != nullptr ? dir : GEARBOX_TEST_PROGRAMS_DIR) + "/" + name;
-}
-
-// The CPU device unless GEARBOX_DEVICE names one (the tolerance is eager PyTorch's f32).
-const bool kDeviceChosen = ::setenv("GEARBOX_DEVICE", "cpu", /*overwrite=*/0) == 0;
-
-const nlohmann::json& reference() {
-  static const nlohmann::json ref = [] {
-    std::ifstream in(program("reference.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return ref;
-}
+const nlohmann::json& reference() { return gearbox::testing::reference("reference.json"); }
 
 std::vector<int64_t> ids(const char* key) { return reference()[key].get<std::vector<int64_t>>(); }
 std::vector<float> logits(const char* key, size_t call) { return reference()[key][call].get<std::vector<float>>(); }
@@ -110,7 +98,7 @@ TEST(Delegate, BackendIsRegisteredUnderTheSharedId) {
 }
 
 TEST(Delegate, ForwardMatchesEagerPyTorchOnPrefillAndDecodes) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt"), next = ids("next");
   Out a = call(m, "forward", prompt, 0);
   ASSERT_EQ(a.error, et::Error::Ok);
@@ -126,7 +114,7 @@ TEST(Delegate, ForwardMatchesEagerPyTorchOnPrefillAndDecodes) {
 }
 
 TEST(Delegate, PinsAutomaticAndNamesPickTheProfileTheySay) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt");
   {
     OptimizationProfileGuard pin(1);
@@ -155,7 +143,7 @@ TEST(Delegate, PinsAutomaticAndNamesPickTheProfileTheySay) {
 }
 
 TEST(Delegate, RejectedCallsChangeNothing) {
-  Module m(program("mini.pte"));
+  Module m(program_path("mini.pte"));
   const auto prompt = ids("prompt"), next = ids("next");
   ASSERT_EQ(call(m, "forward", prompt, 0).error, et::Error::Ok);
   {
@@ -185,7 +173,7 @@ TEST(Delegate, RejectedCallsChangeNothing) {
 
 TEST(Delegate, MethodsShareOneEngineAndDecodeContinuesPrefill) {
   const int64_t before = gearbox::executorch::loaded_engine_count();
-  Module m(program("mini_pd.pte"));
+  Module m(program_path("mini_pd.pte"));
   ASSERT_EQ(m.load_method("prefill"), et::Error::Ok);
   ASSERT_EQ(m.load_method("decode"), et::Error::Ok);
   EXPECT_EQ(gearbox::executorch::loaded_engine_count(), before + 1) << "two methods, one engine";
@@ -207,13 +195,13 @@ TEST(Delegate, MethodsShareOneEngineAndDecodeContinuesPrefill) {
     EXPECT_EQ(d.records.at(0).name, "prefill");
   }
   // A second program instance shares the engine, not the context.
-  Module other(program("mini_pd.pte"));
+  Module other(program_path("mini_pd.pte"));
   ASSERT_EQ(other.load_method("decode"), et::Error::Ok);
   EXPECT_EQ(gearbox::executorch::loaded_engine_count(), before + 1);
 }
 
 TEST(Delegate, TwoEnginesInOneMethodAnIndexMeansDifferentRegimesANameTheSame) {
-  Module m(program("two_engines.pte"));
+  Module m(program_path("two_engines.pte"));
   const int64_t id = ids("next")[0];
   {
     OptimizationProfileGuard pin(1);  // A: prefill, B: decode (records in execution order)
@@ -254,7 +242,7 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
   for (int t = 0; t < 40; ++t) {
     threads.emplace_back([&, t] {
       for (int round = 0; round < 2; ++round) {
-        auto m = std::make_unique<Module>(program(t % 2 == 0 ? "mini_pd.pte" : "mini.pte"));
+        auto m = std::make_unique<Module>(program_path(t % 2 == 0 ? "mini_pd.pte" : "mini.pte"));
         const bool pd = t % 2 == 0;
         Out p = call(*m, pd ? "prefill" : "forward", prompt, 0);
         OptimizationProfileGuard pin(0);
@@ -274,11 +262,15 @@ TEST(Delegate, FortyThreadsInitExecuteAndDestroyAcrossTwoMethods) {
   EXPECT_EQ(wrong.load(), 0);
 }
 
-TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
-  // llama.pte: transformers' LlamaForCausalLM exported by its own export wrapper, inputs
-  // input_ids [1, n] and cache_position [n], logits of every position.
-  Module m(program("llama.pte"));
-  const auto& steps = reference()["llama_steps"];
+// NAME.pte: transformers' NAMEForCausalLM exported by its own export wrapper, inputs
+// input_ids [1, n] and cache_position [n], logits of every position.
+class TransformersExportWrapper : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TransformersExportWrapper, ProgramRunsPrefillThenDecodes) {
+  ASSERT_TRUE(gearbox::testing::device_chosen());
+  const std::string name = GetParam();
+  Module m(program_path(name + ".pte"));
+  const auto& steps = reference()["hf_steps"];
   ASSERT_EQ(steps.size(), 3u);
   for (size_t s = 0; s < steps.size(); ++s) {
     const auto tokens = steps[s]["ids"].get<std::vector<int64_t>>();
@@ -289,7 +281,7 @@ TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
     ASSERT_EQ(o.error, et::Error::Ok) << "step " << s;
     ASSERT_EQ(o.records.size(), 1u) << "one delegate";
     EXPECT_EQ(o.records[0].name, prefill ? "prefill" : "decode");
-    EXPECT_LT(max_rel_error(o.logits.at(0), logits("llama", s)), kTolerance) << "step " << s;
+    EXPECT_LT(max_rel_error(o.logits.at(0), logits(name.c_str(), s)), kTolerance) << "step " << s;
   }
   {
     auto pick = OptimizationProfileGuard::automatic();
@@ -301,8 +293,11 @@ TEST(Delegate, TransformersExportWrapperProgramRunsPrefillThenDecodes) {
   EXPECT_NE(call(m, "forward", {5, 6}, 10, Positions::kCachePosition).error, et::Error::Ok);
 }
 
+INSTANTIATE_TEST_SUITE_P(Delegate, TransformersExportWrapper, ::testing::Values("llama", "qwen2", "qwen3"),
+                         [](const ::testing::TestParamInfo<std::string>& model) { return model.param; });
+
 TEST(Delegate, BlobHeaderIdentifiesEngines) {
-  std::ifstream in(program("mini.pte"), std::ios::binary);
+  std::ifstream in(program_path("mini.pte"), std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const size_t at = bytes.find(std::string(gearbox::executorch::kBlobMagic, 8));
   ASSERT_NE(at, std::string::npos) << "the .pte holds the engine file unchanged";

@@ -8,13 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "gearbox/executorch/backend.h"
+#include "module_fixture.h"
 
 namespace {
 
@@ -22,29 +21,14 @@ using executorch::aten::ScalarType;
 using executorch::aten::SizesType;
 using executorch::extension::Module;
 
-std::string program(const std::string& name) {
-  const char* dir = std::getenv("GEARBOX_TEST_PROGRAMS");
-  return std::string(dir != nullptr ? dir : GEARBOX_TEST_PROGRAMS_DIR) + "/" + name;
-}
-
-const bool kDeviceChosen = ::setenv("GEARBOX_DEVICE", "cpu", /*overwrite=*/0) == 0;
-
-const nlohmann::json& reference() {
-  static const nlohmann::json ref = [] {
-    std::ifstream in(program("generic_reference.json"));
-    return nlohmann::json::parse(in);
-  }();
-  return ref;
-}
-
 constexpr SizesType kWidth = 32;
 constexpr float kTolerance = 1e-4f;  // per element: atol + rtol * |want|
 
 void run_cases(const std::string& name) {
-  ASSERT_TRUE(kDeviceChosen);
+  ASSERT_TRUE(gearbox::testing::device_chosen());
   ASSERT_TRUE(gearbox::executorch::register_backend().ok());
-  Module m(program(name + ".pte"));
-  for (const nlohmann::json& c : reference()[name]) {
+  Module m(gearbox::testing::program_path(name + ".pte"));
+  for (const nlohmann::json& c : gearbox::testing::reference("generic_reference.json")[name]) {
     const auto t = c["length"].get<SizesType>();
     std::vector<executorch::runtime::EValue> args;
     auto x = executorch::extension::make_tensor_ptr({1, t, kWidth}, c["x"].get<std::vector<float>>());

@@ -104,8 +104,16 @@ class Scalars(nn.Module):
         return torch.where(x > 0, x, torch.full((), -2.0)) * 3.0
 
 
-MODELS = {"scalars": Scalars, "mlp": Mlp, "causal": lambda: SdpaBlock(True), "masked": lambda: SdpaBlock(False),
-          "encoder": EncoderLayer, "cumsum": CumsumBetween}
+class DynamicFull(nn.Module):
+    """Tensors made in the graph whose size is the dynamic sequence length."""
+
+    def forward(self, x):
+        t = x.shape[1]
+        return x * torch.full((1, t, 1), 0.5) + torch.ones(t, WIDTH) - torch.zeros(1, t, WIDTH)
+
+
+MODELS = {"scalars": Scalars, "dynamic_full": DynamicFull, "mlp": Mlp, "causal": lambda: SdpaBlock(True),
+          "masked": lambda: SdpaBlock(False), "encoder": EncoderLayer, "cumsum": CumsumBetween}
 
 
 def export(name: str, model: nn.Module, lo: int = 1, hi: int = MAX_SEQ):

@@ -155,6 +155,21 @@ class ConverterTest(unittest.TestCase):
         self.assertEqual(weights["scale"].dtype, torch.int64)
         self.assertEqual({i["name"]: i["dtype"] for i in desc["inputs"]}["b"], "i64")
 
+    def test_full_of_a_dynamic_size_broadcasts_a_constant(self):
+        nodes, desc, weights = self.op(lambda m, x: x + torch.full((x.shape[1], 8), 0.5), X)
+        self.assertEqual([n["op"] for n in nodes], ["slice", "reshape", "binary", "where", "binary"])
+        self.assertEqual(nodes[0]["attrs"], {"axis": 2, "start": 0, "end": 1, "step": 1})
+        self.assertEqual(nodes[1]["attrs"], {"shape": [-3, 1]})  # x's extent 1 as the rows
+        self.assertEqual((nodes[2]["attrs"], nodes[2]["dtypes"]), ({"code": "eq"}, ["bool"]))
+        const = next(n for n in desc["nodes"] if n["op"] == "constant")["outputs"][0]
+        self.assertEqual(nodes[3]["inputs"][1:], [const, const])
+        torch.testing.assert_close(weights[const], torch.full((1, 8), 0.5))
+
+        r = reasons(export_fn(lambda m, x: x + torch.arange(x.shape[1]).unsqueeze(-1), X))
+        self.assertIn("range of dynamic length", r["aten.arange.default"])
+        r = reasons(export_fn(lambda m, x: x + torch.full((x.shape[1] * 2, 8), 0.5)[:x.shape[1]], X))
+        self.assertIn("no tensor's extent", r["aten.full.default"])
+
     def test_sdpa_with_grouped_kv_heads(self):
         q, kv = torch.randn(1, 4, 5, 8), torch.randn(1, 2, 5, 8)
         nodes, _, _ = self.op(lambda m, q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
@@ -245,7 +260,7 @@ class ModelTest(unittest.TestCase):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name} at length {t}: {m}")
 
     def test_models_lower_fully_and_match_eager(self):
-        for name in ("scalars", "mlp", "causal", "masked", "encoder"):
+        for name in ("scalars", "dynamic_full", "mlp", "causal", "masked", "encoder"):
             with self.subTest(name):
                 model, program, report = self.lower(name)
                 self.assertEqual(report.left_compute, 0, report.text())

@@ -11,6 +11,8 @@ does (gearbox.export.DecoderLM: tokens [1, seq], positions [1, seq] -> last logi
   llama.pte        transformers' LlamaForCausalLM (tiny, random) exported by its own
                    TorchExportableModuleForDecoderOnlyLM(...).export(): input_ids [1, seq],
                    cache_position [seq], logits of every position
+  qwen2.pte        the same for Qwen2ForCausalLM (q/k/v biases)
+  qwen3.pte        the same for Qwen3ForCausalLM (per-head q/k norms)
   reference.json   eager logits of transformers' model for the scenarios the tests run
 
 usage: make_test_programs.py OUTDIR [--dtype f32|bf16]   (GEARBOX_CLI names the gearbox CLI)
@@ -34,10 +36,15 @@ MAX_CONTEXT = 64
 PROFILES = [Profile("decode", 1, 1, 1), Profile("prefill", 1, 16, 32)]
 PROMPT = [2, 651, 1974, 563, 1000]
 NEXT = [77, 1500]
-LLAMA = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+HF_COMMON = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, max_position_embeddings=64)
-LLAMA_ROWS = 32  # its static cache
-LLAMA_STEPS = [([3, 17, 42, 9, 100, 5], 0), ([77], 6), ([12], 7)]  # a prompt, then decode
+HF_MODELS = {
+    "llama": lambda: transformers.LlamaConfig(**HF_COMMON),
+    "qwen2": lambda: transformers.Qwen2Config(**HF_COMMON),
+    "qwen3": lambda: transformers.Qwen3Config(**HF_COMMON, head_dim=16),
+}
+HF_ROWS = 32  # their static cache
+HF_STEPS = [([3, 17, 42, 9, 100, 5], 0), ([77], 6), ([12], 7)]  # a prompt, then decode
 
 
 def eager_logits(model, steps):
@@ -78,28 +85,28 @@ def rounded_mini(seed, dtype):
     return model
 
 
-def export_llama(out_dir, reference):
-    """llama.pte as a user exports transformers' model, and eager logits of LLAMA_STEPS."""
+def export_hf(name, out_dir, reference):
+    """NAME.pte as a user exports transformers' model of HF_MODELS[name], and its eager
+    logits of HF_STEPS in reference[name]."""
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**LLAMA)).eval()
+    model = transformers.AutoModelForCausalLM.from_config(HF_MODELS[name]()).eval()
     model.generation_config.cache_implementation = "static"
-    seq = torch.export.Dim("seq", min=1, max=LLAMA_ROWS)
-    ep = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=LLAMA_ROWS).export(
+    seq = torch.export.Dim("seq", min=1, max=HF_ROWS)
+    ep = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=HF_ROWS).export(
         input_ids=torch.ones(1, 4, dtype=torch.long), cache_position=torch.arange(4),
         dynamic_shapes={"input_ids": {1: seq}, "cache_position": {0: seq}})
     partitioner = GearboxPartitioner(PROFILES, default_profile="automatic")
     program = to_edge_transform_and_lower(ep, partitioner=[partitioner]).to_executorch()
     report = partitioner.last_report
     if report.left_compute or report.delegates != 1:
-        sys.exit(f"llama.pte: {report.delegated} of {report.compute} compute nodes in {report.delegates} "
+        sys.exit(f"{name}.pte: {report.delegated} of {report.compute} compute nodes in {report.delegates} "
                  f"delegates:\n{report.text()}")
-    with open(os.path.join(out_dir, "llama.pte"), "wb") as f:
+    with open(os.path.join(out_dir, f"{name}.pte"), "wb") as f:
         program.write_to_file(f)
-    eager = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=LLAMA_ROWS).model
-    reference["llama_steps"] = [{"ids": ids, "start": start} for ids, start in LLAMA_STEPS]
+    eager = TorchExportableModuleForDecoderOnlyLM(model, batch_size=1, max_cache_len=HF_ROWS).model
     with torch.no_grad():
-        reference["llama"] = [eager(input_ids=torch.tensor([ids]), cache_position=torch.arange(start, start + len(ids)))
-                              .flatten().tolist() for ids, start in LLAMA_STEPS]
+        reference[name] = [eager(input_ids=torch.tensor([ids]), cache_position=torch.arange(start, start + len(ids)))
+                           .flatten().tolist() for ids, start in HF_STEPS]
 
 
 def main():
@@ -135,10 +142,13 @@ def main():
         program.write_to_file(f)
     reference["two_engines_a"] = eager_logits(a, [([NEXT[0]], 0)])[0]
     reference["two_engines_b"] = eager_logits(b, [([NEXT[0]], 0)])[0]
-    export_llama(out_dir, reference)
+    reference["hf_steps"] = [{"ids": ids, "start": start} for ids, start in HF_STEPS]
+    for name in HF_MODELS:
+        export_hf(name, out_dir, reference)
     with open(os.path.join(out_dir, "reference.json"), "w") as f:
         json.dump(reference, f)
-    print(f"wrote mini.pte, mini_pd.pte, two_engines.pte, llama.pte, reference.json to {out_dir}")
+    hf = ", ".join(f"{n}.pte" for n in HF_MODELS)
+    print(f"wrote mini.pte, mini_pd.pte, two_engines.pte, {hf}, reference.json to {out_dir}")
 
 
 if __name__ == "__main__":
