@@ -1,7 +1,7 @@
 // Probes of what kernel boundaries cost the GPU, kept as experiments (dev/README.md): the
 // handoff between two dependent kernels for each way of waiting (handoff_probe.h), and a
-// decode step's weights streamed by one persistent launch (step_stream_probe.h). Timing as
-// in bench/cuda_kernels/bench_common.cpp: launches captured into a graph between event nodes,
+// decode step's weights streamed by one persistent launch (step_stream_probe.h). Timed with
+// bench/cuda_kernels/bench_common.h: launches captured into a graph between event nodes,
 // median and spread, rates also net of the floor (a 1-element add between event nodes).
 //
 //   kernel_probes                # both groups
@@ -12,133 +12,24 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "devices/cuda/kernels/elementwise.cuh"
+#include "bench_common.h"
+#include "devices/cuda/launch.h"
 #include "handoff_probe.h"
 #include "step_stream_probe.h"
 
 namespace {
 
 namespace cuda = gearbox::cuda;
-
-constexpr int kMinReps = 30;  // timed launches per measurement, at least
-
-void check(cudaError_t err, const char* call, int line) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "kernel_probes.cpp:%d: %s failed: %s\n", line, call, cudaGetErrorString(err));
-    std::exit(1);
-  }
-}
-#define CHECK(call) check((call), #call, __LINE__)
-
-/// A device allocation freed at scope exit.
-struct DeviceMemory {
-  explicit DeviceMemory(size_t bytes) { CHECK(cudaMalloc(&ptr, std::max<size_t>(bytes, 16))); }
-  ~DeviceMemory() { (void)cudaFree(ptr); }
-  DeviceMemory(const DeviceMemory&) = delete;
-  DeviceMemory& operator=(const DeviceMemory&) = delete;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-  void* ptr = nullptr;
-};
-
-/// Fills n bf16 values in [-1, 1) (the bench needs plausible magnitudes, not exact data).
-void fill_bf16(__nv_bfloat16* dst, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<__nv_bfloat16> host(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 22)));
-  for (auto& v : host) v = __float2bfloat16(dist(rng));
-  for (int64_t off = 0; off < n; off += static_cast<int64_t>(host.size())) {
-    const auto count = static_cast<size_t>(std::min<int64_t>(static_cast<int64_t>(host.size()), n - off));
-    CHECK(cudaMemcpy(dst + off, host.data(), count * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
-  }
-}
-
-void fill_f32(float* dst, int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> host(static_cast<size_t>(n));
-  for (float& v : host) v = dist(rng);
-  CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-struct Timing {
-  double median_us = 0;
-  double min_us = 0;
-  double max_us = 0;
-};
-
-/// Times launch(i) for i < max(kMinReps, copies) inside one captured graph, each launch
-/// between two events; launch(i) is to read copy i % copies of its data.
-Timing time_launches(cudaStream_t stream, int copies, const std::function<void(int)>& launch) {
-  const int reps = std::max(kMinReps, copies);
-  std::vector<cudaEvent_t> start(static_cast<size_t>(reps)), stop(static_cast<size_t>(reps));
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventCreate(&start[static_cast<size_t>(i)]));
-    CHECK(cudaEventCreate(&stop[static_cast<size_t>(i)]));
-  }
-  cudaGraph_t graph = nullptr;
-  CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < reps; ++i) {
-    // External: an event record node in the graph (a plain record would only order streams).
-    CHECK(cudaEventRecordWithFlags(start[static_cast<size_t>(i)], stream, cudaEventRecordExternal));
-    launch(i);
-    CHECK(cudaEventRecordWithFlags(stop[static_cast<size_t>(i)], stream, cudaEventRecordExternal));
-  }
-  CHECK(cudaStreamEndCapture(stream, &graph));
-  cudaGraphExec_t exec = nullptr;
-  CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  CHECK(cudaGraphLaunch(exec, stream));  // warm-up: clocks, caches of code, TLBs
-  CHECK(cudaGraphLaunch(exec, stream));
-  CHECK(cudaStreamSynchronize(stream));
-  std::vector<double> us;
-  for (int i = 0; i < reps; ++i) {
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, start[static_cast<size_t>(i)], stop[static_cast<size_t>(i)]));
-    us.push_back(1000.0 * ms);
-  }
-  CHECK(cudaGraphExecDestroy(exec));
-  CHECK(cudaGraphDestroy(graph));
-  for (int i = 0; i < reps; ++i) {
-    CHECK(cudaEventDestroy(start[static_cast<size_t>(i)]));
-    CHECK(cudaEventDestroy(stop[static_cast<size_t>(i)]));
-  }
-  std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us.front(), us.back()};
-}
-
-/// Time of a launch of the smallest kernel between two event nodes: what every measurement
-/// carries besides the kernel's own time (set by measure_floor()).
-double g_floor_us = 0;
-
-/// Prints the median and spread, the rate at the median (amount / us, scaled by `per_us`)
-/// and the rate net of the launch-and-event floor.
-void print(const std::string& name, const Timing& t, double amount, double per_us, const char* unit) {
-  const double net = std::max(t.median_us - g_floor_us, 0.01);
-  std::printf("%-44s median %8.2f us [min %8.2f, max %8.2f]  %7.1f %s  (net of floor: %7.1f)\n", name.c_str(),
-              t.median_us, t.min_us, t.max_us, amount / (t.median_us * per_us), unit, amount / (net * per_us));
-}
-
-void measure_floor(cudaStream_t stream) {
-  const cuda::DeviceLimits& limits = cuda::device_limits(0);  // launched as the bench launches
-  const cuda::Launch on{stream, limits.hopper_code_runs, limits.hopper_code_runs, &limits};
-  DeviceMemory a(16), b(16);
-  CHECK(cudaMemset(a.ptr, 0, 16));
-  CHECK(cudaMemset(b.ptr, 0, 16));
-  const Timing t =
-      time_launches(stream, 1, [&](int) { CHECK(cuda::add(a.as<float>(), b.as<float>(), a.as<float>(), 1, on)); });
-  g_floor_us = t.median_us;
-  std::printf("floor: a 1-element add between event nodes takes %.2f us (median; min %.2f, max %.2f)\n", t.median_us,
-              t.min_us, t.max_us);
-}
+using gearbox::kernel_bench::DeviceMemory;
+using gearbox::kernel_bench::fill_bf16;
+using gearbox::kernel_bench::fill_f32;
+using gearbox::kernel_bench::print;
+using gearbox::kernel_bench::time_launches;
+using gearbox::kernel_bench::Timing;
 
 /// What a dependency between two kernels costs on its own (handoff_probe.h): the time from
 /// the last producer block's end to the consumer's first and last block going on, median and
@@ -194,7 +85,7 @@ void bench_handoff(cudaStream_t stream) {
 /// matrix before it waits, the rows' order rotated from matrix to matrix or not; then with a
 /// stand-in for the attention (64 blocks spinning) after each QKV. Against one matrix of the
 /// same bytes: what the boundaries between a step's dependent matrices cost a persistent
-/// launch that waits at grid-wide barriers (docs/PERFORMANCE.md, 2026-12-03 fourth).
+/// launch that waits at grid-wide barriers.
 void bench_step_stream(cudaStream_t stream) {
   using gearbox::bench::StepSync;
   using gearbox::bench::StreamPhase;
@@ -273,7 +164,9 @@ int main(int argc, char** argv) {
   }
   cudaStream_t stream = nullptr;
   CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  measure_floor(stream);
+  // Launched as the bench launches.
+  const cuda::DeviceLimits& limits = cuda::device_limits(0);
+  gearbox::kernel_bench::measure_floor(cuda::Launch{stream, limits.hopper_code_runs, limits.hopper_code_runs, &limits});
   if (only.empty() || only == "handoff") bench_handoff(stream);
   if (only.empty() || only == "step_stream") bench_step_stream(stream);
   CHECK(cudaStreamDestroy(stream));

@@ -38,8 +38,8 @@ check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_engine_tes
 tail -n 1 "$out/memcheck_engine.log"
 # cuBLASLt alone under the sanitizers (cublaslt_sanitizer_probe): its sm_90 GEMM kernels
 # report shared-memory hazards of their own under racecheck, and initcheck does not see their
-# stores, so it flags whatever reads a GEMM's output (docs/PERFORMANCE.md, 2026-12-02
-# eighth). Checked here: the probe's GEMMs write every output, and initcheck flags a buffer
+# stores, so it flags whatever reads a GEMM's output (docs/decisions/0023-sanitizers-and-cublaslt.md).
+# Checked here: the probe's GEMMs write every output, and initcheck flags a buffer
 # nothing wrote and passes one that was written. The GEMM cases under the two tools are logged,
 # not checked, so that a cuBLASLt or sanitizer release that changes this shows in the logs.
 probe="$bin/cublaslt_sanitizer_probe"

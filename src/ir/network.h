@@ -188,6 +188,10 @@ inline constexpr int32_t kFlagCausal = 1;   ///< kSdpa
 
 /// "embedding", "rms_norm", ...
 const char* op_kind_name(OpKind kind) noexcept;
+/// Whether `kind` is a generic op (unary, binary, ..., constant): one that takes its
+/// parameters from OpAttrs and runs through the generic shape rules and kernels, not a
+/// fused decoder op (embedding, rms_norm, linear, rope, attention, ...).
+bool is_generic(OpKind kind) noexcept;
 /// "neg", "exp", ...; nullptr for a code outside the enum.
 const char* unary_code_name(int32_t code) noexcept;
 /// "add", "sub", ...; nullptr for a code outside the enum.

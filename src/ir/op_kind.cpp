@@ -65,6 +65,38 @@ const char* op_kind_name(OpKind kind) noexcept {
   return "?";
 }
 
+bool is_generic(OpKind kind) noexcept {
+  switch (kind) {
+    case OpKind::kEmbedding:
+    case OpKind::kRmsNorm:
+    case OpKind::kLinear:
+    case OpKind::kRope:
+    case OpKind::kAttention:
+    case OpKind::kGeluTanhMul:
+    case OpKind::kSiluMul:
+    case OpKind::kAdd:
+    case OpKind::kTakeLast: return false;
+    case OpKind::kUnary:
+    case OpKind::kBinary:
+    case OpKind::kWhere:
+    case OpKind::kReduce:
+    case OpKind::kSoftmax:
+    case OpKind::kMatmul:
+    case OpKind::kSdpa:
+    case OpKind::kLayerNorm:
+    case OpKind::kPermute:
+    case OpKind::kReshape:
+    case OpKind::kExpand:
+    case OpKind::kSlice:
+    case OpKind::kConcat:
+    case OpKind::kCast:
+    case OpKind::kIndexSelect:
+    case OpKind::kGather:
+    case OpKind::kConstant: return true;
+  }
+  return false;
+}
+
 const char* unary_code_name(int32_t code) noexcept { return lookup(kUnaryNames, code); }
 const char* binary_code_name(int32_t code) noexcept { return lookup(kBinaryNames, code); }
 const char* reduce_code_name(int32_t code) noexcept { return lookup(kReduceNames, code); }

@@ -135,23 +135,9 @@ class Inferer {
         set_out(0, Dims{x[0], 1, x[2]});
         return {};
       }
-      case OpKind::kUnary:
-      case OpKind::kBinary:
-      case OpKind::kWhere:
-      case OpKind::kReduce:
-      case OpKind::kSoftmax:
-      case OpKind::kMatmul:
-      case OpKind::kSdpa:
-      case OpKind::kLayerNorm:
-      case OpKind::kPermute:
-      case OpKind::kReshape:
-      case OpKind::kExpand:
-      case OpKind::kSlice:
-      case OpKind::kConcat:
-      case OpKind::kCast:
-      case OpKind::kIndexSelect:
-      case OpKind::kGather:
-      case OpKind::kConstant: return infer_generic_node(net_, n, label_, dims_);
+      default:
+        if (is_generic(node.kind)) return infer_generic_node(net_, n, label_, dims_);
+        break;
     }
     return fail("unknown op kind");
   }

@@ -239,23 +239,9 @@ class Validator {
       case OpKind::kSiluMul:
       case OpKind::kAdd: return arity(node, 2, 1, 0, "(a, b)");
       case OpKind::kTakeLast: return arity(node, 1, 1, 0, "(x)");
-      case OpKind::kUnary:
-      case OpKind::kBinary:
-      case OpKind::kWhere:
-      case OpKind::kReduce:
-      case OpKind::kSoftmax:
-      case OpKind::kMatmul:
-      case OpKind::kSdpa:
-      case OpKind::kLayerNorm:
-      case OpKind::kPermute:
-      case OpKind::kReshape:
-      case OpKind::kExpand:
-      case OpKind::kSlice:
-      case OpKind::kConcat:
-      case OpKind::kCast:
-      case OpKind::kIndexSelect:
-      case OpKind::kGather:
-      case OpKind::kConstant: return validate_generic_node(net_, node, label_);
+      default:
+        if (is_generic(node.kind)) return validate_generic_node(net_, node, label_);
+        break;
     }
     return error("unknown op kind");  // unreachable: the kind was range-checked above
   }

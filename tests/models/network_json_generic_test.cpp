@@ -3,47 +3,33 @@
 // I64 / BOOL constant weights; every misuse is an error naming the node.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <filesystem>
-#include <fstream>
+#include <cstring>
 #include <limits>
-#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ir/validate.h"
-#include "models/network_json.h"
-#include "models/safetensors.h"
-#include "safetensors_writer.h"
+#include "network_json_fixture.h"
 
 namespace gearbox::models {
 namespace {
 
 using Json = nlohmann::json;
-namespace fs = std::filesystem;
 using ir::OpKind;
 
-class NetworkJsonGeneric : public ::testing::Test {
+class NetworkJsonGeneric : public NetworkJsonFixture {
  protected:
   void SetUp() override {
-    path_ = fs::temp_directory_path() / ("gearbox_network_json_generic_" + std::to_string(::getpid()) + ".safetensors");
     Bytes ids(4 * 8, 0);
     for (int64_t i = 0; i < 4; ++i) std::memcpy(ids.data() + i * 8, &i, 8);
-    const Bytes bytes = safetensors_file({{"w", "F32", {4, 3}, f32_bytes(std::vector<float>(12, 0.5f))},
-                                          {"gamma", "F32", {3}, f32_bytes({1, 2, 3})},
-                                          {"idx", "I64", {4}, ids},
-                                          {"flags", "BOOL", {3}, {0, 7, 1}},
-                                          {"wide", "F64", {2}, pattern_bytes(16, 1)}});
-    std::ofstream(path_, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    Result<SafetensorsCheckpoint> ckpt = SafetensorsCheckpoint::open(path_.string());
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    ckpt_.emplace(std::move(*ckpt));
+    write_checkpoint("gearbox_network_json_generic", {{"w", "F32", {4, 3}, f32_bytes(std::vector<float>(12, 0.5f))},
+                                                      {"gamma", "F32", {3}, f32_bytes({1, 2, 3})},
+                                                      {"idx", "I64", {4}, ids},
+                                                      {"flags", "BOOL", {3}, {0, 7, 1}},
+                                                      {"wide", "F64", {2}, pattern_bytes(16, 1)}});
   }
-  void TearDown() override { fs::remove(path_); }
 
   static Json valid() {
     return Json::parse(R"({
@@ -73,11 +59,6 @@ class NetworkJsonGeneric : public ::testing::Test {
       ]
     })");
   }
-
-  Result<DescribedModel> read(const Json& doc) const { return read_network_description(doc.dump(), *ckpt_); }
-
-  fs::path path_;
-  std::optional<SafetensorsCheckpoint> ckpt_;
 };
 
 const ir::Node& node(const ir::Network& net, const std::string& name) {
@@ -116,12 +97,7 @@ TEST_F(NetworkJsonGeneric, EveryAttrIsReadByMeaning) {
 }
 
 TEST_F(NetworkJsonGeneric, EveryMisuseIsNamed) {
-  struct Break {
-    const char* what;
-    std::function<void(Json&)> apply;
-    const char* message;
-  };
-  const std::vector<Break> cases = {
+  const std::vector<SchemaBreak> cases = {
       {"attr on the wrong op",
        [](Json& j) {
          j["nodes"][1]["attrs"] = {{"perm", {1, 0}}};
@@ -149,14 +125,7 @@ TEST_F(NetworkJsonGeneric, EveryMisuseIsNamed) {
       {"integer weight off a constant", [](Json& j) { j["nodes"][2]["weights"] = {"idx"}; }, "I64"},
       {"f64 constant", [](Json& j) { j["nodes"][10]["weights"] = {"wide"}; }, "F64"},
   };
-  for (const Break& c : cases) {
-    Json doc = valid();
-    c.apply(doc);
-    Result<DescribedModel> m = read(doc);
-    ASSERT_FALSE(m.ok()) << c.what;
-    EXPECT_NE(m.status().message().find(c.message), std::string::npos)
-        << c.what << ": got '" << m.status().message() << "'";
-  }
+  expect_each_break_named(valid(), cases);
 }
 
 }  // namespace

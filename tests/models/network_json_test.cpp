@@ -4,46 +4,29 @@
 // the Python export are checked end to end in tests/executorch.)
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <optional>
-#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ir/validate.h"
-#include "models/network_json.h"
-#include "models/safetensors.h"
-#include "safetensors_writer.h"
+#include "network_json_fixture.h"
 
 namespace gearbox::models {
 namespace {
 
 using Json = nlohmann::json;
-namespace fs = std::filesystem;
 
 // A checkpoint with an embedding table [8, 4] (f32), a norm [4] (bf16) and an F64 tensor.
-class NetworkJson : public ::testing::Test {
+class NetworkJson : public NetworkJsonFixture {
  protected:
   void SetUp() override {
-    path_ = fs::temp_directory_path() / ("gearbox_network_json_" + std::to_string(::getpid()) + ".safetensors");
     std::vector<float> table(32);
     for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<float>(i) * 0.25f;
-    const Bytes bytes = safetensors_file({{"embed", "F32", {8, 4}, f32_bytes(table)},
-                                          {"norm", "BF16", {4}, u16_bytes({0x3f80, 0x4000, 0x4040, 0x4080})},
-                                          {"wide", "F64", {2}, pattern_bytes(16, 1)}});
-    std::ofstream(path_, std::ios::binary)
-        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    Result<SafetensorsCheckpoint> ckpt = SafetensorsCheckpoint::open(path_.string());
-    ASSERT_TRUE(ckpt.ok()) << ckpt.status().message();
-    ckpt_.emplace(std::move(*ckpt));
+    write_checkpoint("gearbox_network_json", {{"embed", "F32", {8, 4}, f32_bytes(table)},
+                                              {"norm", "BF16", {4}, u16_bytes({0x3f80, 0x4000, 0x4040, 0x4080})},
+                                              {"wide", "F64", {2}, pattern_bytes(16, 1)}});
   }
-  void TearDown() override { fs::remove(path_); }
 
   static Json valid() {
     return Json::parse(R"({
@@ -60,11 +43,6 @@ class NetworkJson : public ::testing::Test {
       "metadata": {"model.vocab": "8"}
     })");
   }
-
-  Result<DescribedModel> read(const Json& doc) const { return read_network_description(doc.dump(), *ckpt_); }
-
-  fs::path path_;
-  std::optional<SafetensorsCheckpoint> ckpt_;
 };
 
 TEST_F(NetworkJson, AWellFormedDescriptionBecomesItsNetwork) {
@@ -93,14 +71,8 @@ TEST_F(NetworkJson, AWellFormedDescriptionBecomesItsNetwork) {
   EXPECT_TRUE(ir::validate_network(net, m->model.payload.size()).ok());
 }
 
-struct Break {
-  const char* what;
-  std::function<void(Json&)> apply;
-  const char* message;  // a substring of the error
-};
-
 TEST_F(NetworkJson, EverySchemaBreakIsNamed) {
-  const std::vector<Break> cases = {
+  const std::vector<SchemaBreak> cases = {
       {"unknown top-level key", [](Json& j) { j["extra"] = 1; }, "top level: unknown key 'extra'"},
       {"wrong format", [](Json& j) { j["format"] = "onnx"; }, "'format' is 'onnx'"},
       {"future version", [](Json& j) { j["version"] = 2; }, "version 2 (this gearbox reads 1)"},
@@ -126,14 +98,7 @@ TEST_F(NetworkJson, EverySchemaBreakIsNamed) {
       {"metadata not strings", [](Json& j) { j["metadata"]["n"] = 3; }, "metadata: 'n' must be a string"},
       {"unknown node key", [](Json& j) { j["nodes"][0]["device"] = "gpu"; }, "unknown key 'device'"},
   };
-  for (const Break& c : cases) {
-    Json doc = valid();
-    c.apply(doc);
-    Result<DescribedModel> m = read(doc);
-    ASSERT_FALSE(m.ok()) << c.what;
-    EXPECT_NE(m.status().message().find(c.message), std::string::npos)
-        << c.what << ": got '" << m.status().message() << "'";
-  }
+  expect_each_break_named(valid(), cases);
   EXPECT_EQ(read_network_description("{not json", *ckpt_).status().code(), StatusCode::kDataLoss);
 }
 

@@ -217,23 +217,9 @@ Status run_cpu_node(const Network& net, const CpuWeights& weights, size_t n, uin
       }
       return {};
     }
-    case OpKind::kUnary:
-    case OpKind::kBinary:
-    case OpKind::kWhere:
-    case OpKind::kReduce:
-    case OpKind::kSoftmax:
-    case OpKind::kMatmul:
-    case OpKind::kSdpa:
-    case OpKind::kLayerNorm:
-    case OpKind::kPermute:
-    case OpKind::kReshape:
-    case OpKind::kExpand:
-    case OpKind::kSlice:
-    case OpKind::kConcat:
-    case OpKind::kCast:
-    case OpKind::kIndexSelect:
-    case OpKind::kGather:
-    case OpKind::kConstant: return run_generic_node(net, weights, n, a).with_context(node.name);
+    default:
+      if (ir::is_generic(node.kind)) return run_generic_node(net, weights, n, a).with_context(node.name);
+      break;
   }
   return internal_error("unknown op kind in node " + node.name);
 }
