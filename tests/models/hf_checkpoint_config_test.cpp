@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_error_cases.h"
 #include "core/check.h"
 #include "core/half.h"
 #include "hf_checkpoint_fixture.h"
@@ -166,20 +167,7 @@ TEST(HfConfig, RopeVariants) {
   EXPECT_EQ(c->config.rope_linear_factor_global, 1.0f);
 }
 
-struct ConfigError {
-  const char* what;
-  Json config;
-  StatusCode code;
-  const char* message;
-};
-
-template <typename Edit>
-Json edited(Json config, Edit edit) {
-  edit(config);
-  return config;
-}
-
-std::vector<ConfigError> config_errors() {
+std::vector<ConfigErrorCase> config_errors() {
   const Json base = gemma3_1b_config();
   using C = StatusCode;
   return {
@@ -283,7 +271,7 @@ std::vector<ConfigError> config_errors() {
 }
 
 TEST(HfConfig, ErrorsNameTheField) {
-  for (const ConfigError& e : config_errors()) {
+  for (const ConfigErrorCase& e : config_errors()) {
     SCOPED_TRACE(e.what);
     Result<HfModelInfo> info = parse(e.config);
     ASSERT_FALSE(info.ok());

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_error_cases.h"
 #include "models/decoder.h"
 #include "models/hf_config.h"
 
@@ -243,20 +244,7 @@ TEST(HfFamilies, Gemma3ThroughTheGenericReader) {
   EXPECT_EQ(d.layers[2].rope, (RopeDescription{1e6f, RopeScaling::kLinear, 8.0f}));
 }
 
-struct FamilyError {
-  const char* what;
-  Json config;
-  StatusCode code;
-  const char* message;
-};
-
-template <typename Edit>
-Json edited(Json config, Edit edit) {
-  edit(config);
-  return config;
-}
-
-std::vector<FamilyError> family_errors() {
+std::vector<ConfigErrorCase> family_errors() {
   using C = StatusCode;
   const Json llama = llama32_1b();
   const Json qwen2 = qwen25_05b();
@@ -335,7 +323,7 @@ std::vector<FamilyError> family_errors() {
 }
 
 TEST(HfFamilies, UnsupportedFieldsAreErrorsNamingFieldAndValue) {
-  for (const FamilyError& e : family_errors()) {
+  for (const ConfigErrorCase& e : family_errors()) {
     SCOPED_TRACE(e.what);
     Result<HfDecoderConfig> r = parse_hf_config(e.config.dump());
     ASSERT_FALSE(r.ok());

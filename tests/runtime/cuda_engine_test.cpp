@@ -89,6 +89,24 @@ std::vector<std::string> debug_lines(F&& f) {
   return lines;
 }
 
+/// The debug lines that report a prefill graph captured for a shape met before.
+int64_t shape_captures(const std::vector<std::string>& lines) {
+  return std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("captured a graph for a shape it met before") != std::string::npos;
+  });
+}
+
+/// `t` tokens at `position` on the prefill profile of both sessions: their logits agree.
+void expect_prefill_matches(Session& gpu, Session& ref, int64_t vocab, int64_t t, int64_t position) {
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < t; ++i) ids.push_back((position * 13 + i * 7 + 5) % vocab);
+  const TokenInputs call(ids, position);
+  EXPECT_LT(relative_error(run(gpu, call, ProfileRequest::named("prefill")),
+                           run(ref, call, ProfileRequest::named("prefill"))),
+            2e-2)
+      << t << " tokens at position " << position;
+}
+
 // The CUDA engine is built (tuned) on the GPU and the CPU engine from the same weights.
 void compare_devices(DataType dtype, double tolerance) {
   models::Gemma3Config c = tiny_config();
@@ -200,23 +218,14 @@ TEST(CudaEngine, PrefillShapesThatComeBackReplayACapturedGraph) {
   int64_t position = 0;
   const std::vector<std::string> lines = debug_lines([&] {
     for (int64_t t : lengths) {
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < t; ++i) ids.push_back((position * 13 + i * 7 + 5) % c.vocab);
-      const TokenInputs call(ids, position);
-      EXPECT_LT(relative_error(run(*gpu, call, ProfileRequest::named("prefill")),
-                               run(*ref, call, ProfileRequest::named("prefill"))),
-                2e-2)
-          << t << " tokens at position " << position;
+      expect_prefill_matches(*gpu, *ref, c.vocab, t, position);
       position += t;
     }
   });
   ASSERT_LE(position, c.max_context);
-  const auto captures = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
-    return l.find("captured a graph for a shape it met before") != std::string::npos;
-  });
   // GEARBOX_CUDA_SHAPE_GRAPHS=0: every call runs launch by launch, and the results above
   // still hold.
-  EXPECT_EQ(captures, internal::settings().cuda_shape_graphs ? 7 : 0);
+  EXPECT_EQ(shape_captures(lines), internal::settings().cuda_shape_graphs ? 7 : 0);
 }
 
 // Session::warm_up runs the prefill profile at its buckets' top row counts launch by launch
@@ -237,18 +246,10 @@ TEST(CudaEngine, AWarmUpIsNoShapeMet) {
   // 16 tokens: the prefill profile's opt and a bucket's top, which the warm-up ran.
   auto captures_of_a_call = [&] {
     const std::vector<std::string> lines = debug_lines([&] {
-      std::vector<int64_t> ids;
-      for (int64_t i = 0; i < 16; ++i) ids.push_back((position * 13 + i * 7 + 5) % c.vocab);
-      const TokenInputs call(ids, position);
-      EXPECT_LT(relative_error(run(*gpu, call, ProfileRequest::named("prefill")),
-                               run(*ref, call, ProfileRequest::named("prefill"))),
-                2e-2)
-          << "16 tokens at position " << position;
+      expect_prefill_matches(*gpu, *ref, c.vocab, 16, position);
       position += 16;
     });
-    return std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
-      return l.find("captured a graph for a shape it met before") != std::string::npos;
-    });
+    return shape_captures(lines);
   };
   EXPECT_EQ(captures_of_a_call(), 0) << "the first call of the length";
   EXPECT_EQ(captures_of_a_call(), internal::settings().cuda_shape_graphs ? 1 : 0) << "the second";
