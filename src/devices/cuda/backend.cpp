@@ -263,7 +263,9 @@ class CudaBackend final : public DeviceBackend {
       }
       case OpKind::kAttention:
         if (node.attrs.head_dim > cuda::kAttentionMaxHeadDim) return false;
-        if (tactic == kAttentionMma) return bf16_linears(net);
+        // The tensor-core attention serves one sequence; a batched network's slots take the
+        // split-KV and tiled kernels (kv_cache.cuh's CacheSlots).
+        if (tactic == kAttentionMma) return bf16_linears(net) && net.slots == 0;
         return tactic == kAttentionSplitKv || tactic == kAttentionTiled;
       default: return tactic == kDefault;
     }

@@ -120,6 +120,13 @@ int* fault_flag(const NodeArgs& a) {
   return state != nullptr ? state->fault_device : nullptr;
 }
 
+cuda::CacheSlots cache_slots(const Network& net, const Node& attention, const NodeArgs& a) {
+  if (attention.inputs.size() <= 4) return {};
+  const auto slots = static_cast<size_t>(attention.inputs[4]);
+  return {a.tensors[slots], net.tensors[slots].dtype == DataType::kI64,
+          a.dims[static_cast<size_t>(attention.inputs[0])][1]};
+}
+
 int64_t stacked_output_offset(int64_t m, int64_t k, DataType type) {
   return (cuda::CublasLtGemm::scratch_bytes(m, k, type) + 255) / 256 * 256;
 }
@@ -278,16 +285,17 @@ Status run_rope(const Network& net, const CudaWeights& weights, size_t n, const 
   const auto in = [&](size_t i) { return a.tensors[static_cast<size_t>(node.inputs[i])]; };
   const Dims& x = a.dims[static_cast<size_t>(node.inputs[0])];
   const bool pos_i64 = net.tensors[static_cast<size_t>(node.inputs[1])].dtype == DataType::kI64;
+  const bool padding = net.slots > 0;  // a batched network's -1 positions
   if (!node.weights.empty()) {
-    return cuda_check(
-        cuda::rope_with_freqs(static_cast<const float*>(in(0)), in(1), pos_i64,
-                              static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[0])]), x[0] * x[1],
-                              at.heads, at.head_dim, weights.rope_table(node), at.scale, fault_flag(a), launch),
-        ir::op_kind_name(node.kind));
+    return cuda_check(cuda::rope_with_freqs(static_cast<const float*>(in(0)), in(1), pos_i64,
+                                            static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[0])]),
+                                            x[0] * x[1], at.heads, at.head_dim, weights.rope_table(node), at.scale,
+                                            fault_flag(a), launch, padding),
+                      ir::op_kind_name(node.kind));
   }
   return cuda_check(cuda::rope(static_cast<const float*>(in(0)), in(1), pos_i64,
                                static_cast<float*>(a.tensors[static_cast<size_t>(node.outputs[0])]), x[0] * x[1],
-                               at.heads, at.head_dim, at.theta, at.scale, fault_flag(a), launch),
+                               at.heads, at.head_dim, at.theta, at.scale, fault_flag(a), launch, padding),
                     ir::op_kind_name(node.kind));
 }
 
@@ -305,10 +313,14 @@ Status run_attention(const Network& net, size_t n, uint32_t tactic, const NodeAr
   auto* v_cache = static_cast<float*>(a.states[static_cast<size_t>(at.state) * 2 + 1]);
   const int64_t width = static_cast<int64_t>(at.kv_heads) * at.head_dim;
   auto* scratch = static_cast<float*>(a.scratch);
+  const cuda::CacheSlots slots = cache_slots(net, node, a);
+  if (tactic == kAttentionMma && slots.ids != nullptr) {
+    return internal_error("attention '" + node.name + "': the tensor-core attention takes no KV-cache slots");
+  }
   if (tactic == kAttentionSplitKv && fusion_enabled()) {  // writes the new rows itself
     return cuda_check(cuda::attention_decode(f(0), f(1), f(2), k_cache, v_cache, in(3), pos_i64, out, t, at.heads,
                                              at.kv_heads, at.head_dim, net.max_context, at.window, at.scale, scratch,
-                                             kMaxSplits, fault, launch, network_input(net, node.inputs[3])),
+                                             kMaxSplits, fault, launch, network_input(net, node.inputs[3]), slots),
                       "attention (split-KV)");
   }
   if (tactic == kAttentionMma && fusion_enabled()) {  // its first kernel writes the new rows
@@ -317,14 +329,14 @@ Status run_attention(const Network& net, size_t n, uint32_t tactic, const NodeAr
                                     at.head_dim, net.max_context, at.window, at.scale, scratch, fault, launch),
         "attention (tensor cores)");
   }
-  GEARBOX_RETURN_IF_ERROR(cuda_check(
-      cuda::kv_cache_write(f(1), f(2), in(3), pos_i64, t, width, k_cache, v_cache, net.max_context, fault, launch),
-      "kv_cache_write"));
+  GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::kv_cache_write(f(1), f(2), in(3), pos_i64, t, width, k_cache, v_cache,
+                                                          net.max_context, fault, launch, slots),
+                                     "kv_cache_write"));
   if (tactic == kAttentionSplitKv) {
-    return cuda_check(
-        cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), pos_i64, out, t, at.heads, at.kv_heads,
-                               at.head_dim, net.max_context, at.window, at.scale, scratch, kMaxSplits, fault, launch),
-        "attention (split-KV)");
+    return cuda_check(cuda::attention_decode(f(0), nullptr, nullptr, k_cache, v_cache, in(3), pos_i64, out, t, at.heads,
+                                             at.kv_heads, at.head_dim, net.max_context, at.window, at.scale, scratch,
+                                             kMaxSplits, fault, launch, false, slots),
+                      "attention (split-KV)");
   }
   if (tactic == kAttentionMma) {
     return cuda_check(cuda::attention_prefill_mma(f(0), nullptr, nullptr, k_cache, v_cache, in(3), pos_i64, out, t,
@@ -333,7 +345,7 @@ Status run_attention(const Network& net, size_t n, uint32_t tactic, const NodeAr
                       "attention (tensor cores)");
   }
   return cuda_check(cuda::attention_prefill(f(0), k_cache, v_cache, in(3), pos_i64, out, t, at.heads, at.kv_heads,
-                                            at.head_dim, net.max_context, at.window, at.scale, scratch, launch),
+                                            at.head_dim, net.max_context, at.window, at.scale, scratch, launch, slots),
                     "attention (tiled)");
 }
 

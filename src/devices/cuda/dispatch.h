@@ -18,6 +18,7 @@
 #include "devices/cuda/backend.h"
 #include "devices/cuda/fusion_plan.h"
 #include "devices/cuda/kernels/gemv.cuh"
+#include "devices/cuda/kernels/kv_cache.cuh"
 #include "ir/network.h"
 #include "runtime/device_backend.h"
 
@@ -35,6 +36,10 @@ bool tensors_apart(const NodeArgs& a, int32_t t, int32_t u);
 
 /// The context's error flag for the kernels (null outside a context: the builder's timing).
 int* fault_flag(const NodeArgs& a);
+
+/// The KV-cache slots an attention node of a batched network reads (its fifth input, and its
+/// query rows' sequence length); none (ids null) for a one-sequence network.
+cuda::CacheSlots cache_slots(const ir::Network& net, const ir::Node& attention, const NodeArgs& a);
 
 /// f called with a value of the C++ type of weights of `type` (float, __nv_bfloat16, __half).
 template <typename F>

@@ -76,7 +76,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
       const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
       return cuda_check(
           cuda::head_norm_rope<W>(parts, static_cast<int>(count), tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
-                                  norm.head_dim, norm.eps, norm.weight_offset, fault, launch),
+                                  norm.head_dim, norm.eps, norm.weight_offset, fault, launch, net.slots > 0),
           qkv != nullptr ? "rms_norm + rope (fused, from the stacked QKV output)" : "rms_norm + rope (fused)");
     }
     const Node& add = net.nodes[step.nodes[1]];
@@ -167,7 +167,7 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
                           tensor(q_norm.inputs[0]), tensor(k_norm.inputs[0]), tensor(node.inputs[2]), k_cache, v_cache,
                           tensor(node.inputs[3]), pos_i64, tensor(node.outputs[0]), at.heads, at.kv_heads, at.head_dim,
                           net.max_context, at.window, at.scale, norm, static_cast<float*>(a.scratch), kMaxSplits,
-                          fault_flag(a), launch, network_input(net, node.inputs[3])),
+                          fault_flag(a), launch, network_input(net, node.inputs[3]), cache_slots(net, node, a)),
                       "rms_norm + rope + attention (split-KV)");
   });
 }

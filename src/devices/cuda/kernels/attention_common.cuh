@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <math_constants.h>
 
 #include <cstdint>
 
@@ -63,6 +64,8 @@ struct AttentionArgs {
     float position_scale;
     const float* inv_freq;  // nullable
   } norm;
+  // A batched network's slots (kv_cache.cuh); ids null: one sequence.
+  CacheSlots slots;
 };
 
 /// The first key a query at position p sees.
@@ -71,6 +74,23 @@ __device__ __forceinline__ int64_t window_start(int64_t p, int64_t window) {
 }
 
 __device__ __forceinline__ bool position_valid(int64_t p, int64_t max_ctx) { return p >= 0 && p < max_ctx; }
+
+/// Whether a token at position p is padding (position -1 of a batched network: CacheSlots).
+__device__ __forceinline__ bool is_padding(const CacheSlots& s, int64_t p) { return s.ids != nullptr && p == -1; }
+
+/// The first cache row of token t's slot: 0 for one sequence, ids[t / seq] * max_ctx in a
+/// batched network (0 for a padding row's slot -1: its tokens read and write no row).
+__device__ __forceinline__ int64_t slot_first_row(const CacheSlots& s, int64_t t, int64_t max_ctx) {
+  if (s.ids == nullptr) return 0;
+  const int64_t id = index_at(s.ids, s.i64, t / s.seq);
+  return id < 0 ? 0 : id * max_ctx;
+}
+
+/// The output of a query that sees no key: 0 for padding, else NaN (a position outside the
+/// cache, which the kernels have flagged).
+__device__ __forceinline__ float keyless_output(const CacheSlots& s, int64_t p) {
+  return is_padding(s, p) ? 0.0f : CUDART_NAN_F;
+}
 
 /// Narrows a block's keys [begin, end) to the split-th of `splits` runs of whole tiles of
 /// `tile` keys (prefill with keys split across blocks); empty (begin >= end) for a split
@@ -136,7 +156,7 @@ inline cudaError_t check_attention_shape(int64_t T, int64_t heads, int64_t kv_he
 
 inline AttentionArgs make_args(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                                bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                               int64_t max_ctx, int64_t window, float scale) {
+                               int64_t max_ctx, int64_t window, float scale, const CacheSlots& slots = {}) {
   return AttentionArgs{q,
                        k_cache,
                        v_cache,
@@ -156,7 +176,8 @@ inline AttentionArgs make_args(const float* q, const float* k_cache, const float
                        scale,
                        nullptr,
                        false,
-                       AttentionArgs::HeadNorm{}};
+                       AttentionArgs::HeadNorm{},
+                       slots};
 }
 
 /// Ways to split the keys of each block of `rows` query rows: enough blocks for `target`

@@ -116,7 +116,7 @@ constexpr int kMaxClusterSplits = 16;
 /// block r combines its 1 / splits share of the kG * D outputs, reading the acc of every
 /// split at once (the DSMEM loads are independent, so their latencies overlap).
 template <int kG>
-__device__ __forceinline__ void combine_in_cluster(const AttentionArgs& a, float* out, bool valid, int splits,
+__device__ __forceinline__ void combine_in_cluster(const AttentionArgs& a, float* out, int64_t p, int splits,
                                                    float (&acc_s)[kG][kMaxD], float (&m_s)[kG], float (&l_s)[kG]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   namespace cg = cooperative_groups;
@@ -160,11 +160,11 @@ __device__ __forceinline__ void combine_in_cluster(const AttentionArgs& a, float
     float sum = 0.0f;
 #pragma unroll
     for (int r = 0; r < kMaxClusterSplits; ++r) sum += r < splits ? weight_s[g][r] * parts[r] : 0.0f;
-    out[e] = valid ? sum * inv_sum_s[g] : CUDART_NAN_F;
+    out[e] = position_valid(p, a.max_ctx) ? sum * inv_sum_s[g] : keyless_output(a.slots, p);
   }
   cluster.sync();  // no block leaves while another reads its shared memory
 #else
-  (void)a, (void)out, (void)valid, (void)splits, (void)acc_s, (void)m_s, (void)l_s;
+  (void)a, (void)out, (void)p, (void)splits, (void)acc_s, (void)m_s, (void)l_s;
   __trap();  // never launched: the launcher takes clusters only where sm_90 code runs
 #endif
 }
@@ -211,6 +211,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   int64_t end = 0;
   split_range(p, a, split, splits, &begin, &end);
   const bool valid = position_valid(p, a.max_ctx);
+  // Token t's cache: its slot's rows in a batched network (attention_common.cuh).
+  const int64_t row0 = slot_first_row(a.slots, t, a.max_ctx);
   // Head norm: warp u < kG normalizes and rotates query head head0 + u into q_s[u], warp kG
   // key p into k_s (warp w takes units w, w + 8, ...). The angles need only the position.
   const bool normed = a.norm.q_w != nullptr;
@@ -220,8 +222,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   if (warp < norm_units) rope_slice(p, a.norm, D, lane, cs, sn);
 
   // A step: the warp's next kDecodeKeysPerStep keys from `base`, K and V rows loaded at once.
-  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
-  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  const float* k_head = a.k_cache + row0 * kv_width + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + row0 * kv_width + static_cast<int64_t>(kvh) * D;
   // Key p's rows: k_new / v_new (written by the previous kernel), or k_s (head norm).
   const float* k_fresh = a.k_new == nullptr ? nullptr : normed ? k_s : a.k_new + static_cast<int64_t>(kvh) * D;
   const float* v_fresh = a.v_new == nullptr ? nullptr : a.v_new + static_cast<int64_t>(kvh) * D;
@@ -265,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   } else if (first_base < end && !normed) {
     load_step(first_base, true);
   }
-  if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !valid) {
+  if (a.error_flag != nullptr && split == 0 && blockIdx.y == 0 && tid == 0 && !valid && !is_padding(a.slots, p)) {
     atomicExch(a.error_flag, 1);
   }
   // The new row enters the cache here (K with head norm after the barrier below); no block
@@ -273,8 +275,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const bool writes_row = a.k_new != nullptr && split == 0 && static_cast<int>(blockIdx.y) % subgroups == 0 && valid;
   if (writes_row) {
     for (int d = tid; d < D; d += kDecodeThreads) {
-      if (!normed) a.k_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = k_fresh[d];
-      a.v_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = v_fresh[d];
+      if (!normed) a.k_cache_out[(row0 + p) * kv_width + static_cast<int64_t>(kvh) * D + d] = k_fresh[d];
+      a.v_cache_out[(row0 + p) * kv_width + static_cast<int64_t>(kvh) * D + d] = v_fresh[d];
     }
   }
 
@@ -301,7 +303,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     }
     if (writes_row) {
       for (int d = tid; d < D; d += kDecodeThreads)
-        a.k_cache_out[p * kv_width + static_cast<int64_t>(kvh) * D + d] = k_s[d];
+        a.k_cache_out[(row0 + p) * kv_width + static_cast<int64_t>(kvh) * D + d] = k_s[d];
     }
   }
 
@@ -418,7 +420,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   }
 
   if constexpr (kCluster) {
-    combine_in_cluster<kG>(a, a.out + t * q_width + static_cast<int64_t>(head0) * D, valid, splits, acc_s, m_max_s,
+    combine_in_cluster<kG>(a, a.out + t * q_width + static_cast<int64_t>(head0) * D, p, splits, acc_s, m_max_s,
                            l_sum_s);
     return;
   }
@@ -430,7 +432,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int g = e / D;
     const int d = e % D;
     if (splits == 1) {
-      a.out[t * q_width + static_cast<int64_t>(head0) * D + e] = valid ? acc_s[g][d] / l_sum_s[g] : CUDART_NAN_F;
+      a.out[t * q_width + static_cast<int64_t>(head0) * D + e] =
+          valid ? acc_s[g][d] / l_sum_s[g] : keyless_output(a.slots, p);
     } else {
       acc_out[static_cast<int64_t>(g) * splits * D + d] = acc_s[g][d];
     }
@@ -484,9 +487,10 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
                                     float* v_cache, const void* positions, bool pos_i64, float* out, int64_t T,
                                     int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
                                     float scale, float* partials, int max_splits, int* error_flag, const Launch& launch,
-                                    bool positions_from_host, const AttentionArgs::HeadNorm& norm) {
+                                    bool positions_from_host, const AttentionArgs::HeadNorm& norm,
+                                    const CacheSlots& slots) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
-      max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr)) {
+      max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr) || slots.seq < 1) {
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
@@ -495,8 +499,8 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   // the sm_90 code runs, more by the combine kernel through `partials`.
   const bool cluster = splits > 1 && splits <= kMaxClusterSplits && launch.limits->hopper_code_runs;
   if (splits > 1 && !cluster && partials == nullptr) return cudaErrorInvalidValue;
-  AttentionArgs a =
-      make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  AttentionArgs a = make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx,
+                              window, scale, slots);
   a.error_flag = error_flag;
   a.norm = norm;
   Launch next = launch;  // the call's first kernel as `launch` says, the later ones as launch.following()
@@ -508,7 +512,7 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
     a.keys_before_wait = positions_from_host;
   } else if (k_new != nullptr) {
     const cudaError_t written = kv_cache_write(k_new, v_new, positions, pos_i64, T, kv_heads * head_dim, k_cache,
-                                               v_cache, max_ctx, error_flag, next);
+                                               v_cache, max_ctx, error_flag, next, slots);
     if (written != cudaSuccess) return written;
     next = launch.following();
   }
@@ -545,10 +549,10 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, int* error_flag, const Launch& launch,
-                             bool positions_from_host) {
+                             bool positions_from_host, const CacheSlots& slots) {
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads,
                                  head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
-                                 positions_from_host, AttentionArgs::HeadNorm{});
+                                 positions_from_host, AttentionArgs::HeadNorm{}, slots);
 }
 
 template <typename W>
@@ -556,7 +560,8 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                        float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
                                        int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                                        const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
-                                       int* error_flag, const Launch& launch, bool positions_from_host) {
+                                       int* error_flag, const Launch& launch, bool positions_from_host,
+                                       const CacheSlots& slots) {
   if (k_new == nullptr || norm.q_w == nullptr || norm.k_w == nullptr || head_dim % 2 != 0) {
     return cudaErrorInvalidValue;
   }
@@ -564,13 +569,14 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                   norm.offset, norm.theta, norm.position_scale, norm.inv_freq};
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, 1, heads, kv_heads,
                                  head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
-                                 positions_from_host, n);
+                                 positions_from_host, n, slots);
 }
 
-#define GEARBOX_ATTENTION_DECODE_HEAD_NORM(W)                                                                         \
-  template cudaError_t attention_decode_head_norm<W>(                                                                 \
-      const float*, const float*, const float*, float*, float*, const void*, bool, float*, int64_t, int64_t, int64_t, \
-      int64_t, int64_t, float, const AttentionHeadNorm<W>&, float*, int, int*, const Launch&, bool);
+#define GEARBOX_ATTENTION_DECODE_HEAD_NORM(W)                                                                        \
+  template cudaError_t attention_decode_head_norm<W>(const float*, const float*, const float*, float*, float*,       \
+                                                     const void*, bool, float*, int64_t, int64_t, int64_t, int64_t,  \
+                                                     int64_t, float, const AttentionHeadNorm<W>&, float*, int, int*, \
+                                                     const Launch&, bool, const CacheSlots&);
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(float)
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(__nv_bfloat16)
 GEARBOX_ATTENTION_DECODE_HEAD_NORM(__half)

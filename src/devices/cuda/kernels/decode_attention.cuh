@@ -25,15 +25,17 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// reads key p from k_new / v_new, so the decode step needs no separate launch).
 /// A position outside [0, max_ctx): its output rows are NaN, nothing is written to the
 /// caches for it, and *error_flag (nullable) is set.
-/// positions_from_host: `positions` and the cache rows below p are complete before the kernel
-/// ahead of this one starts (written ahead of the network, whose first kernel waits for them:
-/// launch.h), so with k_new at T = 1 the kernel loads its first K / V rows (all but p's)
-/// before it waits for the previous kernel.
+/// positions_from_host: `positions` (and the slots) and the cache rows below p are complete
+/// before the kernel ahead of this one starts (written ahead of the network, whose first
+/// kernel waits for them: launch.h), so with k_new at T = 1 the kernel loads its first K / V
+/// rows (all but p's) before it waits for the previous kernel.
+/// slots: a batched network's (CacheSlots): each query reads and writes its slot's cache,
+/// and padding queries output 0.
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, int* error_flag, const Launch& launch,
-                             bool positions_from_host = false);
+                             bool positions_from_host = false, const CacheSlots& slots = {});
 
 /// The per-head RMSNorm and RoPE of q and k (head_norm_rope's work) that
 /// attention_decode_head_norm applies itself: q_w, k_w [head_dim] (W) normalize each head
@@ -61,6 +63,7 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                        float* v_cache, const void* positions, bool pos_i64, float* out, int64_t heads,
                                        int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                                        const AttentionHeadNorm<W>& norm, float* partials, int max_splits,
-                                       int* error_flag, const Launch& launch, bool positions_from_host = false);
+                                       int* error_flag, const Launch& launch, bool positions_from_host = false,
+                                       const CacheSlots& slots = {});
 
 }  // namespace gearbox::cuda

@@ -18,12 +18,28 @@ namespace gearbox::cuda {
 /// Largest head_dim the attention kernels serve.
 inline constexpr int64_t kAttentionMaxHeadDim = 256;
 
+// ---- KV-cache slots ---------------------------------------------------------------------------
+/// A batched network's KV-cache slots (docs/ARCHITECTURE.md, "Batches and KV-cache slots"):
+/// the caches hold whole caches of max_ctx rows one after another, and token t, of batch row
+/// t / seq, keeps its keys in the cache of slot ids[t / seq] (cache rows from
+/// ids[t / seq] * max_ctx). A token at position -1 is padding: it writes no cache row, reads
+/// none, its attention output is 0, RoPE leaves it unrotated, and it sets no error flag.
+/// ids [T / seq] (i64 or i32) in device memory, read inside the kernels like the positions,
+/// so a captured graph stays valid as they change; the host has checked them (slot_table.h).
+/// ids null: one sequence (one cache, no padding), every attention kernel's default.
+struct CacheSlots {
+  const void* ids = nullptr;
+  bool i64 = true;
+  int64_t seq = 1;
+};
+
 // ---- KV cache ---------------------------------------------------------------------------------
-/// k_cache[positions[t], :] = k[t, :], v_cache[positions[t], :] = v[t, :] for t < T.
-/// k, v [T, width]; caches [max_ctx, width]. A position outside [0, max_ctx) sets
-/// *error_flag and its row is skipped (the other rows are written).
+/// k_cache[positions[t], :] = k[t, :], v_cache[positions[t], :] = v[t, :] for t < T (in the
+/// cache of t's slot, where `slots` has ids). k, v [T, width]; caches [max_ctx, width] (per
+/// slot). A position outside [0, max_ctx) that is not padding sets *error_flag and its row
+/// is skipped (the other rows are written).
 cudaError_t kv_cache_write(const float* k, const float* v, const void* positions, bool pos_i64, int64_t T,
                            int64_t width, float* k_cache, float* v_cache, int64_t max_ctx, int* error_flag,
-                           const Launch& launch);
+                           const Launch& launch, const CacheSlots& slots = {});
 
 }  // namespace gearbox::cuda

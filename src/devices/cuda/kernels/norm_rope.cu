@@ -135,7 +135,7 @@ constexpr int kRopeThreads = 128;
 /// grid: ceil(T * half / 128) blocks of 128 threads.
 __global__ void __launch_bounds__(kRopeThreads)
     rope_kernel(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int heads, int head_dim,
-                float theta, const float* inv_freq, float position_scale, int* error_flag) {
+                float theta, const float* inv_freq, float position_scale, int* error_flag, bool padding) {
   allow_next_kernel();
   wait_for_prior_kernels();
   const int half = head_dim / 2;
@@ -147,6 +147,13 @@ __global__ void __launch_bounds__(kRopeThreads)
   const float* xt = x + t * width;
   float* yt = y + t * width;
   const int64_t pos = index_at(positions, pos_i64, t);
+  if (padding && pos == -1) {  // left unrotated (each element read and written by this thread)
+    for (int h = 0; h < heads; ++h) {
+      yt[h * head_dim + i] = xt[h * head_dim + i];
+      yt[h * head_dim + i + half] = xt[h * head_dim + i + half];
+    }
+    return;
+  }
   if (pos < 0) {
     if (i == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
     for (int h = 0; h < heads; ++h) {
@@ -204,7 +211,7 @@ __device__ __forceinline__ HeadUnit<W> head_unit(const Parts<W>& parts, int coun
 template <typename W>
 __global__ void __launch_bounds__(kHeadThreads)
     head_norm_rope_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int64_t T, int head_dim,
-                          float eps, float offset, int* error_flag) {
+                          float eps, float offset, int* error_flag, bool padding) {
   __shared__ float sums[kHeadThreads / 32];
   allow_next_kernel();
   wait_for_prior_kernels();
@@ -229,6 +236,10 @@ __global__ void __launch_bounds__(kHeadThreads)
   const float inv_rms = inverse_rms(block_sum_to_all<kHeadThreads>(sum, sums), head_dim, eps);
 
   if (pos < 0) {
+    if (padding && pos == -1) {  // a padding token's rows are never read
+      for (int i = tid; i < head_dim; i += kHeadThreads) y[i] = 0.0f;
+      return;
+    }
     if (tid == 0 && h == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
     for (int i = tid; i < head_dim; i += kHeadThreads) y[i] = CUDART_NAN_F;
     return;
@@ -255,7 +266,7 @@ constexpr int kHeadWarps = 4;
 template <typename W>
 __global__ void __launch_bounds__(32 * kHeadWarps)
     head_norm_rope_warp_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int head_dim, float eps,
-                               float offset, int* error_flag) {
+                               float offset, int* error_flag, bool padding) {
   allow_next_kernel();
   wait_for_prior_kernels();
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -295,6 +306,10 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
   // element is read and written by one lane).
   const float inv_rms = inverse_rms(warp_sum(sum), head_dim, eps);
   if (pos < 0) {
+    if (padding && pos == -1) {  // a padding token's rows are never read
+      for (int i = lane; i < head_dim; i += 32) y[i] = 0.0f;
+      return;
+    }
     if (lane == 0 && h == 0 && error_flag != nullptr) atomicExch(error_flag, 1);
     for (int i = lane; i < head_dim; i += 32) y[i] = CUDART_NAN_F;
     return;
@@ -345,7 +360,7 @@ namespace {
 
 cudaError_t launch_rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
                         int64_t head_dim, float theta, const float* inv_freq, float position_scale, int* error_flag,
-                        const Launch& launch) {
+                        const Launch& launch, bool padding) {
   if (T < 0 || heads <= 0 || head_dim <= 0 || head_dim % 2 != 0 || heads > INT32_MAX || head_dim > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
@@ -353,27 +368,31 @@ cudaError_t launch_rope(const float* x, const void* positions, bool pos_i64, flo
   if (work == 0) return cudaSuccess;
   const auto blocks = static_cast<unsigned>((work + kRopeThreads - 1) / kRopeThreads);
   launch_kernel(rope_kernel, blocks, kRopeThreads, 0, launch, x, positions, pos_i64, y, T, static_cast<int>(heads),
-                static_cast<int>(head_dim), theta, inv_freq, position_scale, error_flag);
+                static_cast<int>(head_dim), theta, inv_freq, position_scale, error_flag, padding);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
-                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch) {
-  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, theta, nullptr, position_scale, error_flag, launch);
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch,
+                 bool padding) {
+  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, theta, nullptr, position_scale, error_flag, launch,
+                     padding);
 }
 
 cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
                             int64_t head_dim, const float* inv_freq, float position_scale, int* error_flag,
-                            const Launch& launch) {
+                            const Launch& launch, bool padding) {
   if (inv_freq == nullptr) return cudaErrorInvalidValue;
-  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, 0.0f, inv_freq, position_scale, error_flag, launch);
+  return launch_rope(x, positions, pos_i64, y, T, heads, head_dim, 0.0f, inv_freq, position_scale, error_flag, launch,
+                     padding);
 }
 
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
-                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch) {
+                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch,
+                           bool padding) {
   if (count < 1 || count > kMaxParts || T < 0 || head_dim <= 0 || head_dim % 2 != 0 || head_dim > 1024) {
     return cudaErrorInvalidValue;
   }
@@ -400,11 +419,11 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   if (warp) {
     launch_kernel(head_norm_rope_warp_kernel<W>, static_cast<unsigned>((blocks + kHeadWarps - 1) / kHeadWarps),
                   32 * kHeadWarps, 0, launch, args, count, positions, pos_i64, static_cast<int>(head_dim), eps, offset,
-                  error_flag);
+                  error_flag, padding);
     return cudaGetLastError();
   }
   launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, launch, args, count,
-                positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag);
+                positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag, padding);
   return cudaGetLastError();
 }
 
@@ -416,7 +435,7 @@ template cudaError_t rms_norm<__half>(const float*, const __half*, float*, int64
 
 #define GEARBOX_INSTANTIATE_HEAD_NORM_ROPE(W)                                                                     \
   template cudaError_t head_norm_rope<W>(const HeadNormRope<W>*, int, const void*, bool, int64_t, int64_t, float, \
-                                         float, int*, const Launch&);
+                                         float, int*, const Launch&, bool);
 GEARBOX_INSTANTIATE_HEAD_NORM_ROPE(float)
 GEARBOX_INSTANTIATE_HEAD_NORM_ROPE(__nv_bfloat16)
 GEARBOX_INSTANTIATE_HEAD_NORM_ROPE(__half)

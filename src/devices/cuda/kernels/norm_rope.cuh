@@ -19,14 +19,16 @@ cudaError_t rms_norm(const float* x, const W* w, float* y, int64_t rows, int64_t
 /// head_dim: angle = (float(pos) * position_scale) * inv_freq_i, inv_freq_i =
 /// 1 / theta^(2i / head_dim) rounded to f32 as the CPU kernel computes it; cos/sin in f32.
 /// head_dim must be even and positive (else cudaErrorInvalidValue). A negative position
-/// poisons its row with NaN and sets *error_flag (nullable).
+/// poisons its row with NaN and sets *error_flag (nullable); with `padding` (a batched
+/// network: kv_cache.cuh's CacheSlots) a position of -1 is a padding token, copied unrotated.
 cudaError_t rope(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
-                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch);
+                 int64_t head_dim, float theta, float position_scale, int* error_flag, const Launch& launch,
+                 bool padding = false);
 /// rope() with the inverse frequencies given: inv_freq [head_dim / 2] in device memory
 /// (Llama-3 scaling precomputes them), not null.
 cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64, float* y, int64_t T, int64_t heads,
                             int64_t head_dim, const float* inv_freq, float position_scale, int* error_flag,
-                            const Launch& launch);
+                            const Launch& launch, bool padding = false);
 
 // ---- per-head norm + RoPE (one launch for q, k and a copied v) ------------------------------
 /// One per-head norm + RoPE input: x [T, heads * head_dim] normalized per head_dim chunk
@@ -53,9 +55,10 @@ inline constexpr int kHeadNormRopeMaxParts = 3;
 /// one launch: one block per (token, head) for one token, one warp per (token, head) for
 /// several (head_dim % 8 == 0, <= 512, 16-byte aligned rows). head_dim even, <= 1024; eps and offset are the
 /// norms'. A negative position poisons its normed rows with NaN and sets *error_flag, as
-/// rope() does.
+/// rope() does; with `padding`, a position of -1 is a padding token whose normed rows are 0.
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
-                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch);
+                           int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch,
+                           bool padding = false);
 
 }  // namespace gearbox::cuda

@@ -45,7 +45,10 @@ size_t prefill_smem_bytes(int D) {
 /// With splits > 1, block z takes the z-th of `splits` runs of tiles and writes its
 /// unnormalized result as a split-KV partial (decode's layout and base-2 max), which the
 /// combine kernel merges: short prompts give few row blocks, and the splits fill the GPU.
-/// grid: (ceil(T / 16), heads, splits) blocks of 128 threads.
+/// In a batched network (a.slots) a block's rows are of one batch row, so its keys are of one
+/// slot's cache.
+/// grid: (B * ceil(seq / 16), heads, splits) blocks of 128 threads (B = 1, seq = T for one
+/// sequence).
 template <bool kVec4>
 __global__ void __launch_bounds__(kPrefillThreads)
     attention_prefill_kernel(const AttentionArgs a, float* partials, int splits) {
@@ -61,20 +64,25 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int cg = tid % kPrefillLanesPerRow;
   const int h = static_cast<int>(blockIdx.y);
   const int kvh = h / (a.heads / a.kv_heads);
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kPrefillRows;
+  // The block's query rows [t0, t_end): 16 tokens of one batch row (of one slot's cache).
+  const int64_t seq = a.slots.ids != nullptr ? a.slots.seq : a.T;
+  const int64_t row_blocks = (seq + kPrefillRows - 1) / kPrefillRows;
+  const int64_t batch_row = static_cast<int64_t>(blockIdx.x) / row_blocks;
+  const int64_t t0 = batch_row * seq + static_cast<int64_t>(blockIdx.x) % row_blocks * kPrefillRows;
+  const int64_t t_end = min(batch_row * seq + seq, a.T);
   const int64_t q_width = static_cast<int64_t>(a.heads) * D;
   const int64_t kv_width = static_cast<int64_t>(a.kv_heads) * D;
 
   // This row's keys [lo, hi) and the block's, the union over its rows.
   const int64_t t = t0 + r;
-  const bool row_in = t < a.T;
+  const bool row_in = t < t_end;
   const int64_t p = row_in ? index_at(a.positions, a.pos_i64, t) : -1;
   const bool valid = row_in && position_valid(p, a.max_ctx);
   const int64_t lo = valid ? window_start(p, a.window) : 0;
   const int64_t hi = valid ? p + 1 : 0;
   int64_t keys_begin = INT64_MAX;
   int64_t keys_end = 0;
-  for (int rr = 0; rr < kPrefillRows && t0 + rr < a.T; ++rr) {
+  for (int rr = 0; rr < kPrefillRows && t0 + rr < t_end; ++rr) {
     const int64_t pr = index_at(a.positions, a.pos_i64, t0 + rr);
     if (!position_valid(pr, a.max_ctx)) continue;
     keys_begin = min(keys_begin, window_start(pr, a.window));
@@ -86,7 +94,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
   for (int e = tid; e < kPrefillRows * D; e += kPrefillThreads) {
     const int rr = e / D;
     const int d = e % D;
-    q_s[rr * (D + 1) + d] = t0 + rr < a.T ? a.q[(t0 + rr) * q_width + static_cast<int64_t>(h) * D + d] : 0.0f;
+    q_s[rr * (D + 1) + d] = t0 + rr < t_end ? a.q[(t0 + rr) * q_width + static_cast<int64_t>(h) * D + d] : 0.0f;
   }
   float m = -CUDART_INF_F;
   float l = 0.0f;
@@ -94,8 +102,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int i = 0; i < kPrefillDPerLane; ++i) acc[i] = 0.0f;
 
-  const float* k_head = a.k_cache + static_cast<int64_t>(kvh) * D;
-  const float* v_head = a.v_cache + static_cast<int64_t>(kvh) * D;
+  const int64_t row0 = slot_first_row(a.slots, t0, a.max_ctx);  // the block's slot's cache
+  const float* k_head = a.k_cache + row0 * kv_width + static_cast<int64_t>(kvh) * D;
+  const float* v_head = a.v_cache + row0 * kv_width + static_cast<int64_t>(kvh) * D;
   for (int64_t j0 = keys_begin; j0 < keys_end; j0 += kPrefillKeys) {
     const int nk = static_cast<int>(min(static_cast<int64_t>(kPrefillKeys), keys_end - j0));
     __syncthreads();  // the previous tile's k, v and p are no longer read (and q_s is stored)
@@ -199,7 +208,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
   for (int i = 0; i < kPrefillDPerLane; ++i) {
     const int d = cg + kPrefillLanesPerRow * i;
-    if (d < D) o[d] = valid ? acc[i] * inv : CUDART_NAN_F;
+    if (d < D) o[d] = valid ? acc[i] * inv : keyless_output(a.slots, p);
   }
 }
 
@@ -240,19 +249,23 @@ int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_
 
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch) {
-  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess) {
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch,
+                              const CacheSlots& slots) {
+  if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || slots.seq < 1 ||
+      (slots.ids != nullptr && T % slots.seq != 0)) {
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  const AttentionArgs a =
-      make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx, window, scale);
+  const AttentionArgs a = make_args(q, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads, head_dim, max_ctx,
+                                    window, scale, slots);
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache);
   const size_t smem = prefill_smem_bytes(static_cast<int>(head_dim));
   const int splits = attention_prefill_splits(T, heads, *launch.limits);
   if (splits > 1 && scratch == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>((T + kPrefillRows - 1) / kPrefillRows), static_cast<unsigned>(heads),
-                  static_cast<unsigned>(splits));
+  const int64_t seq = slots.ids != nullptr ? slots.seq : T;
+  const int64_t row_blocks = (T / seq) * ((seq + kPrefillRows - 1) / kPrefillRows);
+  if (row_blocks > INT32_MAX) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(heads), static_cast<unsigned>(splits));
   // Above 48 KiB of dynamic shared memory a kernel must opt in (per device: so every launch).
   const auto kernel = vec4 ? attention_prefill_kernel<true> : attention_prefill_kernel<false>;
   const cudaError_t attr =

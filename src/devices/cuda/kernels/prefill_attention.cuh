@@ -16,9 +16,11 @@ int64_t attention_prefill_scratch_floats(int64_t T, int64_t heads, int64_t head_
 /// tiles of 32 staged in shared memory, online softmax, f32 (no tensor cores). With
 /// attention_prefill_splits(T, heads, *launch.limits) > 1 the keys are split across blocks
 /// and combined by a second kernel through `scratch` (attention_prefill_scratch_floats(T, ...)
-/// floats).
+/// floats). slots: a batched network's (CacheSlots; T a multiple of slots.seq): each batch
+/// row's queries read its slot's cache, padding queries output 0.
 cudaError_t attention_prefill(const float* q, const float* k_cache, const float* v_cache, const void* positions,
                               bool pos_i64, float* out, int64_t T, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch);
+                              int64_t max_ctx, int64_t window, float scale, float* scratch, const Launch& launch,
+                              const CacheSlots& slots = {});
 
 }  // namespace gearbox::cuda

@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   float* o = a.out + th * D;
   const int64_t p = index_at(a.positions, a.pos_i64, t);
   if (!position_valid(p, a.max_ctx)) {  // uniform over the block: no barrier is skipped by some
-    for (int d = tid; d < D; d += kCombineThreads) o[d] = CUDART_NAN_F;
+    for (int d = tid; d < D; d += kCombineThreads) o[d] = keyless_output(a.slots, p);
     return;
   }
   const auto [acc, m, l] = split_partials(a, partials, th, splits);
@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (th >= a.T * a.heads) return;  // whole warps leave
   const int D = a.head_dim;
   float* o = a.out + th * D;
-  if (!position_valid(index_at(a.positions, a.pos_i64, th / a.heads), a.max_ctx)) {
-    for (int d = lane; d < D; d += 32) o[d] = CUDART_NAN_F;
+  if (const int64_t p = index_at(a.positions, a.pos_i64, th / a.heads); !position_valid(p, a.max_ctx)) {
+    for (int d = lane; d < D; d += 32) o[d] = keyless_output(a.slots, p);
     return;
   }
   const auto [acc, m, l] = split_partials(a, partials, th, splits);
