@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks and benchmarks, on a machine with an NVIDIA GPU, from prebuilt binaries:
 #   bench/gpu/run_gpu_checks.sh BIN_DIR OUT_DIR
-# BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, devices_gpu_test, cuda_kernels_bench,
+# BIN_DIR holds gearbox, cuda_kernels_test, cuda_engine_test, cuda_batch_test, devices_gpu_test, cuda_kernels_bench,
 # cublaslt_sanitizer_probe (and lib/ with shared libraries they need); OUT_DIR receives logs
 # and JSON. Needs python3 with torch and transformers for the HF comparison on the Gemma-3-1B
 # shape.
@@ -28,14 +28,17 @@ step "GPU tests"
 check "$bin/devices_gpu_test"
 check "$bin/cuda_kernels_test"
 check "$bin/cuda_engine_test"
+check "$bin/cuda_batch_test"
 
 step "compute-sanitizer"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_brief=1 >"$out/memcheck.log" 2>&1
 tail -n 3 "$out/memcheck.log"
-check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*:*HeadNormRope*:*NormAddNorm*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
+check compute-sanitizer --tool racecheck --error-exitcode 9 "$bin/cuda_kernels_test" --gtest_filter='*Attention*:*Gemv*:*HeadNormRope*:*NormAddNorm*:*Rope*' --gtest_brief=1 >"$out/racecheck.log" 2>&1
 tail -n 3 "$out/racecheck.log"
 check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_engine_test" --gtest_brief=1 >"$out/memcheck_engine.log" 2>&1
 tail -n 1 "$out/memcheck_engine.log"
+check compute-sanitizer --tool memcheck --error-exitcode 9 "$bin/cuda_batch_test" --gtest_brief=1 >"$out/memcheck_batch.log" 2>&1
+tail -n 1 "$out/memcheck_batch.log"
 # cuBLASLt alone under the sanitizers (cublaslt_sanitizer_probe): its sm_90 GEMM kernels
 # report shared-memory hazards of their own under racecheck, and initcheck does not see their
 # stores, so it flags whatever reads a GEMM's output (docs/decisions/0023-sanitizers-and-cublaslt.md).
@@ -90,6 +93,10 @@ check env GEARBOX_CUDA_PDL=0 "$gearbox" score "$work/g1b.gbx" --prompt-ids "$ids
   >"$out/score_1b_no_pdl.json"
 python3 "$root/tests/parity/compare_logprobs.py" "$work/g1b/reference.json" "$out/score_1b_no_pdl.json"
 check "$gearbox" bench "$work/mini_cuda.gbx" --device cuda --json "$out/bench_mini.json"
+# Batched decode: one engine with up to 32 KV-cache slots, decode steps of 1, 8 and 32 rows.
+check "$gearbox" build --hf "$work/g1b" -o "$work/g1b_batch.gbx" --device cuda --max-seq 2048 \
+  --profile prefill:1x1:1x128:1x2048 --profile decode:1x1:8x1:32x1 2>"$out/build_1b_batch.log"
+check "$gearbox" bench "$work/g1b_batch.gbx" --device cuda --batch 1,8,32 --json "$out/bench_1b_batch.json"
 # HF transformers on the same checkpoint and GPU, eager and torch.compile (static cache),
 # written as the same JSON; the side-by-side table of docs/PERFORMANCE.md.
 # (A failing HF variant is recorded in its JSON and the table; it does not fail the checks.)

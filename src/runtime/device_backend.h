@@ -116,10 +116,6 @@ class DeviceBackend {
 
   /// How this device stores tensors declared as `declared` (the CPU keeps floats in f32).
   virtual DataType storage_type(DataType declared) const noexcept = 0;
-  /// Whether this device runs batched networks (ir::Network::slots > 0: rows with their
-  /// own positions and KV-cache slots). A device without them refuses such an engine at load.
-  virtual bool runs_batched_networks() const noexcept { return false; }
-
   /// The tactics this device has for `node`'s op, best-known default first.
   virtual std::vector<TacticInfo> tactics(const ir::Node& node) const = 0;
   /// The name `tactic` goes by for `node` (gearbox inspect): its entry in tactics(node), or
@@ -228,10 +224,6 @@ class DeviceBackend {
 /// The backend for `kind`. Errors: kUnimplemented when this build lacks the device,
 /// kNotFound when the machine has none.
 Result<std::shared_ptr<const DeviceBackend>> device_backend(DeviceKind kind);
-
-/// Whether `device` can run `net`: a batched network (slots > 0) needs a device with
-/// batched kernels. Errors: kUnimplemented naming the reason and what to do instead.
-Status check_device_runs(const DeviceBackend& device, const ir::Network& net);
 
 /// The CPU backend (always there) and the CUDA backend (kUnimplemented without CUDA in
 /// the build, kNotFound without a GPU).

@@ -103,7 +103,6 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
     if (!device.ok()) return device.status();
     core->device_ = *device;
-    GEARBOX_RETURN_IF_ERROR(check_device_runs(*core->device_, net));
     for (const ir::InputSpec& in : net.inputs) {
       const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
       if (core->device_->storage_type(declared) != declared) {

@@ -69,19 +69,7 @@ Engine engine_on(const DecoderDescription& d, DeviceKind device) {
   models::RandomWeights weights(13);
   Result<models::BuiltModel> model = models::build_decoder(d, weights);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
-  internal::BuildOptions options;
-  options.repetitions = 3;
-  options.device = device;
-  Result<format::EngineDesc> desc =
-      internal::build_engine(model->network, decode_prefill_profiles(32), model->payload, options);
-  EXPECT_TRUE(desc.ok()) << desc.status().to_string();
-  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model->payload);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
-  EngineOptions load;
-  load.device = device;
-  Result<Engine> engine = Engine::load_buffer(*bytes, load);
-  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
-  return std::move(*engine);
+  return engine_from_model(std::move(*model), decode_prefill_profiles(32), device).engine;
 }
 
 std::vector<float> run(Session& s, const TokenInputs& in, const std::string& profile) {

@@ -1,6 +1,7 @@
-// Batched networks on the CPU device: rows of different lengths give, row for row, the
-// logits each sequence gives alone; KV-cache slots are checked, released and reused without
-// exposing an earlier sequence's keys; rejected calls change no state.
+// Batched networks on one device (the CPU; built with GEARBOX_TEST_CUDA, the CUDA device,
+// skipped without a GPU): rows of different lengths give, row for row, the logits each
+// sequence gives alone; KV-cache slots are checked, released and reused without exposing an
+// earlier sequence's keys; rejected calls change no state.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "builder/builder.h"
 #include "core/check.h"
 #include "format/engine_file.h"
 #include "gearbox/engine.h"
 #include "gearbox/profile_guard.h"
 #include "models/decoder.h"
 #include "models/gemma3.h"
+#include "runtime/device_backend.h"
 #include "runtime/engine_handle.h"
 #include "test_engine.h"
 
@@ -26,7 +27,19 @@ namespace {
 constexpr int64_t kMaxBatch = 8;
 constexpr int64_t kMaxSeq = 24;
 constexpr int kDecodeSteps = 16;
+#ifdef GEARBOX_TEST_CUDA
+constexpr DeviceKind kDevice = DeviceKind::kCuda;
+// A row alone and in a batch take different kernels there (a GEMV of one row, a GEMM or a
+// GEMV of several), whose f32 sums add in other orders.
+constexpr float kTolerance = 1e-4f;
+#else
+constexpr DeviceKind kDevice = DeviceKind::kCpu;
 constexpr float kTolerance = 1e-5f;
+#endif
+
+/// Skips the test where this build's device is not there (the CUDA variant without a GPU).
+#define SKIP_WITHOUT_DEVICE() \
+  if (!internal::device_backend(kDevice).ok()) GTEST_SKIP() << device_kind_name(kDevice) << " device not present"
 
 // decode: B x 1 for B in [1, 8]; prefill: B x S for S in [1, 24].
 std::vector<format::ProfileDesc> batch_profiles() {
@@ -38,33 +51,17 @@ std::vector<format::ProfileDesc> batch_profiles() {
   return {profile("decode", 1, 1, 1), profile("prefill", 1, 8, kMaxSeq)};
 }
 
-struct BatchedEngine {
-  std::vector<uint8_t> bytes;
-  Engine engine{nullptr};
-};
-
-BatchedEngine make_batched_engine() {
+testing::TestEngine make_batched_engine(DeviceKind device = kDevice) {
   models::DecoderDescription d = models::gemma3_description(testing::tiny_config());
   d.max_batch = kMaxBatch;
   models::RandomWeights weights(7);
   Result<models::BuiltModel> model = models::build_decoder(d, weights);
   EXPECT_TRUE(model.ok()) << model.status().to_string();
-  internal::BuildOptions options;
-  options.repetitions = 1;
-  Result<format::EngineDesc> desc = internal::build_engine(model->network, batch_profiles(), model->payload, options);
-  EXPECT_TRUE(desc.ok()) << desc.status().to_string();
-  BatchedEngine e;
-  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model->payload);
-  EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
-  e.bytes = std::move(*bytes);
-  Result<Engine> engine = Engine::load_buffer(e.bytes);
-  EXPECT_TRUE(engine.ok()) << engine.status().to_string();
-  e.engine = std::move(*engine);
-  return e;
+  return testing::engine_from_model(std::move(*model), batch_profiles(), device, 1);
 }
 
-const BatchedEngine& shared_engine() {
-  static const BatchedEngine engine = make_batched_engine();
+const testing::TestEngine& shared_engine() {
+  static const testing::TestEngine engine = make_batched_engine();
   return engine;
 }
 
@@ -149,6 +146,7 @@ std::vector<std::vector<float>> run_alone(const Engine& engine, const std::vecto
 class BatchRows : public ::testing::TestWithParam<int64_t> {};
 
 TEST_P(BatchRows, EachRowGivesTheLogitsOfItsSequenceAlone) {
+  SKIP_WITHOUT_DEVICE();
   const int64_t batch = GetParam();
   const Engine& engine = shared_engine().engine;
   const int64_t vocab = 97;
@@ -185,6 +183,7 @@ TEST_P(BatchRows, EachRowGivesTheLogitsOfItsSequenceAlone) {
 INSTANTIATE_TEST_SUITE_P(Batches, BatchRows, ::testing::Values(1, 2, 3, 8));
 
 TEST(Batch, BatchedEngineReportsItsSlotsAndBindings) {
+  SKIP_WITHOUT_DEVICE();
   const Engine& engine = shared_engine().engine;
   EXPECT_EQ(engine.max_batch(), kMaxBatch);
   ASSERT_EQ(engine.inputs().size(), 3u);
@@ -193,6 +192,7 @@ TEST(Batch, BatchedEngineReportsItsSlotsAndBindings) {
 }
 
 TEST(Batch, FormatVersionThreeOnlyForBatchedNetworks) {
+  SKIP_WITHOUT_DEVICE();
   uint32_t version = 0;
   std::memcpy(&version, shared_engine().bytes.data() + 8, 4);
   EXPECT_EQ(version, 3u);
@@ -206,6 +206,7 @@ TEST(Batch, FormatVersionThreeOnlyForBatchedNetworks) {
 }
 
 TEST(Batch, BatchOfOneMatchesTheUnbatchedEngine) {
+  SKIP_WITHOUT_DEVICE();
   const testing::TestEngine one = testing::make_engine(testing::tiny_config(), testing::decode_prefill_profiles(16));
   Session plain = new_session(one.engine);
   const std::vector<int64_t> ids = prompt(6, 4);
@@ -219,20 +220,26 @@ TEST(Batch, BatchOfOneMatchesTheUnbatchedEngine) {
   EXPECT_LE(max_abs_diff(std::span(logits.data<float>(), 97), alone[0]), kTolerance);
 }
 
-// Fills every cache row of `slot` with NaN.
+// Fills every cache row of `slot` with NaN (through the device, whose memory the caches are).
 void poison_slot(const Session& session, int64_t slot) {
   const internal::ExecutionContext& ctx = session.handle()->context();
-  const ir::Network& net = shared_engine().engine.core()->network();
+  const internal::EngineCore& core = *shared_engine().engine.core();
+  const ir::Network& net = core.network();
+  Result<std::shared_ptr<internal::StreamImpl>> stream = core.device().create_stream();
+  ASSERT_TRUE(stream.ok()) << stream.status().to_string();
   for (size_t s = 0; s < net.states.size(); ++s) {
     const int64_t floats = net.max_context * net.states[s].width;
+    const std::vector<float> nan(static_cast<size_t>(floats), std::numeric_limits<float>::quiet_NaN());
     for (size_t kv = 0; kv < 2; ++kv) {
       float* cache = static_cast<float*>(ctx.states()[s * 2 + kv]) + slot * floats;
-      std::fill_n(cache, floats, std::numeric_limits<float>::quiet_NaN());
+      ASSERT_TRUE(core.device().copy_from_host(cache, nan.data(), floats * 4, **stream).ok());
     }
   }
+  ASSERT_TRUE((*stream)->synchronize().ok());
 }
 
 TEST(Batch, ReleasedSlotNeverExposesTheOldSequence) {
+  SKIP_WITHOUT_DEVICE();
   const Engine& engine = shared_engine().engine;
   Session session = new_session(engine);
   // Sequence A fills 20 rows of slot 5 while sequence C runs in slot 0.
@@ -258,6 +265,7 @@ TEST(Batch, ReleasedSlotNeverExposesTheOldSequence) {
 }
 
 TEST(Batch, BadSlotsAreErrorsThatChangeNoState) {
+  SKIP_WITHOUT_DEVICE();
   const Engine& engine = shared_engine().engine;
   Session session = new_session(engine);
   Session reference = new_session(engine);
@@ -314,6 +322,7 @@ TEST(Batch, BadSlotsAreErrorsThatChangeNoState) {
 }
 
 TEST(Batch, PaddingRowsCostNoWrongResults) {
+  SKIP_WITHOUT_DEVICE();
   const Engine& engine = shared_engine().engine;
   Session session = new_session(engine);
   const std::vector<int64_t> ids = prompt(5, 3);
@@ -327,9 +336,27 @@ TEST(Batch, PaddingRowsCostNoWrongResults) {
   EXPECT_EQ(session.slot_length(4), 5);
 }
 
-TEST(Batch, BatchedEngineNeedsDeviceWithBatchedKernels) {
-  // The CPU device runs it; the check that refuses it elsewhere reads the device's answer.
-  EXPECT_TRUE(shared_engine().engine.core()->device().runs_batched_networks());
+TEST(Batch, TheDeviceGivesTheCpuDevicesLogits) {
+  SKIP_WITHOUT_DEVICE();
+  // One call of rows of different lengths (one padded), then a decode step, on this device and
+  // on the CPU device, from the same weights.
+  const testing::TestEngine cpu = make_batched_engine(DeviceKind::kCpu);
+  Session here = new_session(shared_engine().engine);
+  Session there = new_session(cpu.engine);
+  const std::vector<Row> prefill = {{prompt(9, 1), 0, 3}, {prompt(4, 2), 0, 0}, {{}, 0, -1}};
+  const std::vector<Row> decode = {{{5}, 9, 3}, {{7}, 4, 0}};
+  for (const std::vector<Row>& rows : {prefill, decode}) {
+    Result<std::vector<float>> got = run(here, rows);
+    Result<std::vector<float>> want = run(there, rows);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t r = 0; r < rows.size(); ++r) {
+      if (rows[r].slot < 0) continue;  // a padding row's logits are computed and never read
+      EXPECT_LE(max_abs_diff(std::span(got->data() + r * 97, 97), std::span(want->data() + r * 97, 97)), 1e-4f)
+          << "row " << r << " of a call of " << rows.size();
+    }
+  }
 }
 
 }  // namespace

@@ -698,39 +698,5 @@ TEST(CudaEngine, ABadDeviceResidentTokenIdOrPositionIsReportedByTheWait) {
   }
 }
 
-// A batched network (KV-cache slots) has no CUDA kernels yet: building or loading one for
-// the CUDA device is refused with the reason, before any kernel runs.
-TEST(CudaEngine, BatchedNetworksAreRefusedWithTheReason) {
-  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
-  models::DecoderDescription d = models::gemma3_description(tiny_config());
-  d.max_batch = 4;
-  models::RandomWeights weights(3);
-  Result<models::BuiltModel> model = models::build_decoder(d, weights);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const InputProfileBounds rows{Dims{1, 1}, Dims{4, 1}, Dims{4, 1}};
-  const InputProfileBounds slots{Dims{1}, Dims{4}, Dims{4}};
-  const std::vector<format::ProfileDesc> profiles = {{"decode", {rows, rows, slots}}};
-  internal::BuildOptions options;
-  options.repetitions = 1;
-  options.device = DeviceKind::kCuda;
-  Result<format::EngineDesc> refused = internal::build_engine(model->network, profiles, model->payload, options);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(refused.status().message().find("batched"), std::string::npos) << refused.status().to_string();
-
-  options.device = DeviceKind::kCpu;
-  Result<format::EngineDesc> desc = internal::build_engine(model->network, profiles, model->payload, options);
-  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
-  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model->payload);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
-  EngineOptions load;
-  load.device = DeviceKind::kCuda;
-  load.tactic_cache = "";
-  Result<Engine> engine = Engine::load_buffer(*bytes, load);
-  ASSERT_FALSE(engine.ok());
-  EXPECT_EQ(engine.status().code(), StatusCode::kUnimplemented);
-  EXPECT_NE(engine.status().message().find("no batched kernels"), std::string::npos) << engine.status().to_string();
-}
-
 }  // namespace
 }  // namespace gearbox::testing

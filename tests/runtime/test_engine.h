@@ -45,15 +45,14 @@ struct TestEngine {
   Engine engine{nullptr};
 };
 
-inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format::ProfileDesc> profiles,
-                              uint64_t seed = 7, DeviceKind device = DeviceKind::kCpu) {
+/// An engine of `model` for `profiles`, tuned on `device` (`repetitions` timed runs a tactic),
+/// serialized and loaded back.
+inline TestEngine engine_from_model(models::BuiltModel model, std::vector<format::ProfileDesc> profiles,
+                                    DeviceKind device = DeviceKind::kCpu, int repetitions = 3) {
   TestEngine t;
-  models::RandomWeights weights(seed);
-  Result<models::BuiltModel> model = models::build_gemma3(c, weights);
-  EXPECT_TRUE(model.ok()) << model.status().to_string();
-  t.model = std::move(*model);
+  t.model = std::move(model);
   internal::BuildOptions options;
-  options.repetitions = 3;
+  options.repetitions = repetitions;
   options.device = device;
   Result<format::EngineDesc> desc =
       internal::build_engine(t.model.network, std::move(profiles), t.model.payload, options);
@@ -67,6 +66,14 @@ inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format:
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   t.engine = std::move(*engine);
   return t;
+}
+
+inline TestEngine make_engine(const models::Gemma3Config& c, std::vector<format::ProfileDesc> profiles,
+                              uint64_t seed = 7, DeviceKind device = DeviceKind::kCpu) {
+  models::RandomWeights weights(seed);
+  Result<models::BuiltModel> model = models::build_gemma3(c, weights);
+  EXPECT_TRUE(model.ok()) << model.status().to_string();
+  return engine_from_model(std::move(*model), std::move(profiles), device);
 }
 
 /// Inputs for tokens at consecutive positions starting at `start`.

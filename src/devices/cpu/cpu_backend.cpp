@@ -258,7 +258,6 @@ class CpuBackend final : public DeviceBackend {
   std::string library_versions() const override { return "gearbox-cpu-kernels 1"; }
 
   DataType storage_type(DataType declared) const noexcept override { return cpu_storage(declared); }
-  bool runs_batched_networks() const noexcept override { return true; }
 
   std::vector<TacticInfo> tactics(const Node& node) const override {
     switch (node.kind) {
