@@ -9,6 +9,16 @@
 #include "gearbox/profile_guard.h"
 
 namespace gearbox::cli {
+namespace {
+
+/// A runner's sessions are warmed up as they are created (Session::warm_up).
+SessionOptions warmed() {
+  SessionOptions options;
+  options.warm_up = true;
+  return options;
+}
+
+}  // namespace
 
 Result<DeviceKind> device_from_flag(const std::string& flag) {
   Result<DeviceKind> device = device_from_name(flag);
@@ -32,16 +42,14 @@ Result<Runner> Runner::open(const std::string& path, DeviceKind device) {
   }
   Result<int64_t> vocab = parse_int(engine->metadata("model.vocab"), "model.vocab");
   if (!vocab.ok()) return data_loss(path + ": the engine does not record its vocabulary (model.vocab)");
-  Result<Session> session = Session::create(*engine);
+  Result<Session> session = Session::create(*engine, warmed());
   if (!session.ok()) return session.status();
-  if (Status s = session->warm_up(); !s.ok()) return s;
   return Runner(std::move(*engine), std::move(*session), *vocab);
 }
 
 Status Runner::reset() {
-  Result<Session> session = Session::create(engine_);
+  Result<Session> session = Session::create(engine_, warmed());
   if (!session.ok()) return session.status();
-  if (Status s = session->warm_up(); !s.ok()) return s;
   session_ = std::move(*session);
   return {};
 }

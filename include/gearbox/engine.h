@@ -204,6 +204,9 @@ struct SessionOptions {
   /// The request used when no OptimizationProfileGuard is active on the calling thread.
   /// Unset means profile 0, as in TensorRT.
   ProfileRequest default_request;
+  /// Whether create() ends with warm_up(), so that the session's first request is not its
+  /// slowest (the CLI and the ExecuTorch delegate set it).
+  bool warm_up = false;
 };
 
 /// One execution context on an engine and the execute path. Not copyable; movable.
@@ -211,7 +214,8 @@ struct SessionOptions {
 class GEARBOX_API Session {
  public:
   /// Creates the context: its KV cache and an activation arena for the largest profile
-  /// (so switching never allocates), staging buffers and its own stream.
+  /// (so switching never allocates), staging buffers and its own stream; then warm_up()
+  /// where options.warm_up says so (its error is create's).
   static Result<Session> create(const Engine& engine, const SessionOptions& options = {});
 
   /// Runs the network: selects the profile (guard, else the default request), validates
@@ -238,8 +242,8 @@ class GEARBOX_API Session {
   /// bucket of row counts its GEMMs choose algorithms by), so that loading kernels, choosing
   /// algorithms and capturing graphs happen here and not inside a request. The session is
   /// then on the profile it was on; its KV cache holds placeholder rows, which no call reads
-  /// before writing them (as after create). The CLI and the ExecuTorch delegate call it when
-  /// they create a session; a caller of create whose first request is latency-bound should.
+  /// before writing them (as after create). The CLI and the ExecuTorch delegate create their
+  /// sessions with SessionOptions::warm_up; a caller whose first request is latency-bound should.
   /// Errors: kDeviceError where the device failed (the session is then unusable).
   Status warm_up();
 

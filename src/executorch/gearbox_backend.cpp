@@ -130,12 +130,8 @@ class Registry {
     SessionOptions options;
     options.default_request = specs.default_request;
     // Every session is warmed up at init, so that a method's first execute is not its slowest.
-    const auto create = [&]() -> Result<Session> {
-      Result<Session> s = Session::create(*engine, options);
-      if (!s.ok()) return s.status();
-      if (Status warm = s->warm_up(); !warm.ok()) return warm;
-      return s;
-    };
+    options.warm_up = true;
+    const auto create = [&] { return Session::create(*engine, options); };
     if (specs.context.empty()) {
       Result<Session> s = create();
       if (!s.ok()) return s.status();

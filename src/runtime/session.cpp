@@ -1,4 +1,5 @@
 // gearbox::Engine and gearbox::Session: the public face of EngineCore and EngineHandle.
+#include "core/check.h"
 #include "format/mapped_file.h"
 #include "gearbox/engine.h"
 #include "ir/shape_inference.h"
@@ -75,7 +76,9 @@ Result<Session> Session::create(const Engine& engine, const SessionOptions& opti
   Result<std::unique_ptr<internal::EngineHandle>> handle =
       internal::EngineHandle::create(engine.core(), options.default_request);
   if (!handle.ok()) return handle.status();
-  return Session(std::move(*handle));
+  Session session(std::move(*handle));
+  if (options.warm_up) GEARBOX_RETURN_IF_ERROR(session.warm_up());
+  return session;
 }
 
 Status Session::run(std::span<const TensorView> inputs, std::span<Tensor> outputs, Stream* stream) {

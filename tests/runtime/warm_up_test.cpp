@@ -68,6 +68,29 @@ TEST_F(WarmUp, LeavesTheProfileAndTheResultsAsTheyWere) {
   }
 }
 
+// SessionOptions::warm_up: create() warms the session up (it switches to the prefill profile
+// and back: two switches a cold create does not make), and it computes what a cold session
+// computes.
+TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
+  std::atomic<int> switches{0};
+  const LogLevel was = log_level();
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&](LogLevel, std::string_view line) {
+    if (line.find("switched to profile") != std::string_view::npos) ++switches;
+  });
+  Session cold = session();
+  EXPECT_EQ(switches.load(), 0);
+  SessionOptions options;
+  options.warm_up = true;
+  Result<Session> warm = Session::create(engine_->engine, options);
+  set_log_sink(nullptr);
+  set_log_level(was);
+  ASSERT_TRUE(warm.ok()) << warm.status().to_string();
+  EXPECT_EQ(switches.load(), 2);
+  EXPECT_EQ(warm->active_profile(), 0);
+  EXPECT_EQ(conversation(*warm), conversation(cold));
+}
+
 // The CPU device names each varying profile's smallest extent only: one call per profile,
 // whatever guard the caller holds (the warm-up picks its own profiles).
 TEST_F(WarmUp, RunsEveryProfileOnceOnTheCpuWhateverTheGuard) {
