@@ -4,7 +4,8 @@
 // memory, and written into page-locked host memory); prefill latency at several lengths,
 // and at many lengths each seen for the first time against the same lengths repeated; the
 // switch cost (end to end, and the host time a switch adds to a call) and its break-even;
-// and rounds of 1 prefill + N decodes with switching vs on the prefill profile only.
+// and rounds of 1 prefill + N decodes with switching vs on the prefill profile only. With
+// --batch, only the load time and a batched engine's decode throughput at each batch size.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_batch.h"
 #include "bench_chart.h"
 #include "cli_args.h"
 #include "commands.h"
@@ -29,18 +31,6 @@
 
 namespace gearbox::cli {
 namespace {
-
-struct Stats {
-  double median = 0, p10 = 0, p90 = 0, mean = 0;
-};
-
-Stats stats(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  auto at = [&](double q) { return v[static_cast<size_t>(std::lround(q * static_cast<double>(v.size() - 1)))]; };
-  double sum = 0;
-  for (double x : v) sum += x;
-  return {at(0.5), at(0.1), at(0.9), sum / static_cast<double>(v.size())};
-}
 
 std::vector<int64_t> ids(int64_t n, int64_t vocab) {
   std::vector<int64_t> v(static_cast<size_t>(n));
@@ -117,10 +107,46 @@ struct BenchArgs {
   int64_t rounds = 5;
   int64_t round_decodes = 64;
   int64_t distinct = 40;
+  std::vector<int64_t> batches;  // --batch: only the load time and decode at these batch sizes
 };
 
 // A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
 double json_number(double x) { return as_printed(x, "%f"); }
+
+// `--batch`: the load time, then decode at each batch size (bench_batch.h), in text and JSON.
+int run_batch_bench(Runner& r, const BenchArgs& o, double load_ms, double file_gb, double memory_overhead) {
+  Result<BatchPlan> plan = plan_batches(r, o.batches, o.context, o.steps);
+  if (!plan.ok()) return fail("bench", plan.status(), 2);
+  const double weight_gb = static_cast<double>(r.engine().weight_bytes()) / 1e9;
+  const double load_gb_s = load_ms > 0 ? file_gb / (load_ms / 1e3) : 0.0;
+  std::printf("engine %s on %s: %.3f GB of weights, %lld KV-cache slots\n", o.file.c_str(),
+              device_kind_name(r.engine().device()), weight_gb, static_cast<long long>(r.engine().max_batch()));
+  std::printf(
+      "load: %.1f ms to open the engine (%.1f MB file, %.2f GB/s): read, weights uploaded, a session warmed up\n",
+      load_ms, file_gb * 1e3, load_gb_s);
+  int64_t checked_calls = 0;
+  std::string problem;  // the first check that failed
+  Result<nlohmann::ordered_json> batch = bench_batches(r, *plan, checked_calls, problem);
+  if (!batch.ok()) return fail("bench", batch.status());
+  const nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
+                                       {"weight_gb", json_number(weight_gb)},
+                                       {"load_ms", json_number(load_ms)},
+                                       {"engine_file_gb", json_number(file_gb)},
+                                       {"load_gb_s", json_number(load_gb_s)},
+                                       {"memory_overhead_percent", json_number(memory_overhead)},
+                                       {"batch", *batch},
+                                       {"validated", problem.empty()},
+                                       {"checked_calls", checked_calls}};
+  if (!o.json_path.empty()) {
+    if (Status s = write_output_file(o.json_path, json_line(json) + "\n", "benchmark JSON"); !s.ok()) {
+      return fail("bench", s);
+    }
+  }
+  if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
+  std::printf("validated: %lld calls returned finite logits [B, 1, vocab], decode steps on the profile they pinned\n",
+              static_cast<long long>(checked_calls));
+  return 0;
+}
 
 int run_bench(const BenchArgs& o) {
   const std::string& file = o.file;
@@ -129,6 +155,9 @@ int run_bench(const BenchArgs& o) {
     return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
   }
   if (o.distinct < 0) return fail("bench", invalid_argument("--distinct-lengths must be >= 0"), 2);
+  if (!o.batches.empty() && !o.svg_path.empty()) {
+    return fail("bench", invalid_argument("--svg charts sections that --batch does not run; leave one out"), 2);
+  }
   // The outputs are checked before the benchmark runs, not after.
   if (!o.json_path.empty() && o.json_path == o.svg_path) {
     return fail("bench", invalid_argument("--json and --svg name the same file '" + o.json_path + "'"), 2);
@@ -170,6 +199,7 @@ int run_bench(const BenchArgs& o) {
           static_cast<double>(arena) / 1e6, static_cast<double>(total - expected) / 1e6, memory_overhead);
     }
   }
+  if (!o.batches.empty()) return run_batch_bench(r, o, load_ms, file_gb, memory_overhead);
   const int32_t prefill = r.profile_index("prefill");
   if (prefill < 0) return fail("bench", invalid_argument("the engine has no profile named 'prefill'"), 2);
   const int64_t max_seq = r.engine().profiles().bounds[static_cast<size_t>(prefill)][0].max[1];
@@ -526,10 +556,11 @@ int run_bench(const BenchArgs& o) {
 
 Command add_bench_command(CLI::App& gearbox) {
   auto o = std::make_shared<BenchArgs>();
-  CLI::App* app =
-      gearbox.add_subcommand("bench",
-                             "load time, first calls of a session, decode per profile, prefill (repeated and "
-                             "first-seen lengths), switch cost, rounds with and without switching");
+  CLI::App* app = gearbox.add_subcommand(
+      "bench",
+      "load time, first calls of a session, decode per profile, prefill (repeated and "
+      "first-seen lengths), switch cost, rounds with and without switching; or, with --batch, a batched "
+      "engine's decode throughput at several batch sizes");
   app->footer(
       "Times are wall-clock per call, median and p10/p90; achieved GB/s counts the weight bytes a decode step must "
       "read, against a device copy bandwidth this command measures.");
@@ -540,6 +571,10 @@ Command add_bench_command(CLI::App& gearbox) {
       ->type_name("L1,L2");
   add_int_option(*app, "--rounds", o->rounds, "rounds of 1 prefill + --round-decodes decodes")->capture_default_str();
   add_int_option(*app, "--round-decodes", o->round_decodes, "decodes per round")->capture_default_str();
+  add_int_list_option(*app, "--batch", o->batches,
+                      "decode throughput of a batched engine at these batch sizes (slots 0..B-1 each hold a "
+                      "--context prompt, one call of tokens [B, 1] a step); runs only this and the load time")
+      ->type_name("B1,B2");
   add_int_option(*app, "--distinct-lengths", o->distinct,
                  "prefill at N lengths in [16, min(1024, profile max)] not run before, first sight vs third; 0: skip")
       ->capture_default_str();
