@@ -221,6 +221,22 @@ class DeviceBackend {
   }
 };
 
+/// Page-locked host buffers from one device, for a holder that asks for several over its life
+/// (a session's input staging, the CUDA device's host outputs). Each is optional: a device
+/// that gives none (the CPU, whose memory is the host's) is not asked again, and one that
+/// cannot give it now logs a warning naming what it was for; the holder then copies directly.
+class PinnedSource {
+ public:
+  PinnedSource() = default;  // gives none
+  explicit PinnedSource(const DeviceBackend& device) : device_(&device) {}
+  /// Page-locked memory of `bytes` into `into`, or false (`into` unchanged).
+  bool take(DeviceBuffer& into, int64_t bytes, const std::string& what);
+
+ private:
+  const DeviceBackend* device_ = nullptr;
+  bool unavailable_ = false;
+};
+
 /// The backend for `kind`. Errors: kUnimplemented when this build lacks the device,
 /// kNotFound when the machine has none.
 Result<std::shared_ptr<const DeviceBackend>> device_backend(DeviceKind kind);

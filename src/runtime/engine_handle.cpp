@@ -33,6 +33,7 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
                                                            ProfileRequest default_request) {
   std::unique_ptr<EngineHandle> h(new EngineHandle());
   h->engine_ = std::move(engine);
+  h->pinned_ = PinnedSource(h->engine_->device());
   h->default_request_ = std::move(default_request);
   h->table_ = h->engine_->profiles();
   h->table_.active = 0;
@@ -60,24 +61,9 @@ Result<std::unique_ptr<EngineHandle>> EngineHandle::create(std::shared_ptr<const
   return h;
 }
 
-bool EngineHandle::take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what) {
-  if (pinned_unavailable_) return false;
-  Result<DeviceBuffer> buf = engine_->device().allocate_pinned(bytes);
-  if (!buf.ok()) {
-    GEARBOX_LOG(kWarning, "no page-locked memory for %s (%s)", what.c_str(), buf.status().to_string().c_str());
-    return false;
-  }
-  if (*buf == nullptr) {
-    pinned_unavailable_ = true;
-    return false;
-  }
-  into = std::move(*buf);
-  return true;
-}
-
 void* EngineHandle::input_pinned() {
   if (input_pinned_ != nullptr) return input_pinned_.get();
-  if (!take_pinned(input_pinned_, input_staging_bytes_, "the inputs: copying the caller's memory directly")) {
+  if (!pinned_.take(input_pinned_, input_staging_bytes_, "the inputs: copying the caller's memory directly")) {
     return nullptr;
   }
   // The padding between inputs is copied too: zeroed once, so that no copy reads

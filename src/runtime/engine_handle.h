@@ -117,12 +117,8 @@ class EngineHandle {
   /// naming the ranges the inputs must hold (ExecutionContext::take_input_fault).
   Status input_fault();
 
-  /// Page-locked host memory of `bytes` into `into`, or false: where the device has none to
-  /// give (the CPU; pinned_unavailable_ from then on), or cannot give it now (a warning that
-  /// names `what` the memory was for).
-  bool take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what);
   /// Page-locked host memory laid out as input_staging_ (allocated at its first use), or
-  /// null where take_pinned gives none: each host input is then copied on its own.
+  /// null where pinned_ gives none: each host input is then copied on its own.
   void* input_pinned();
 
   mutable std::mutex mutex_;
@@ -138,7 +134,7 @@ class EngineHandle {
   DeviceBuffer input_staging_{nullptr, [](void*) {}};
   int64_t input_staging_bytes_ = 0;
   DeviceBuffer input_pinned_{nullptr, [](void*) {}};  // its page-locked twin (input_pinned)
-  bool pinned_unavailable_ = false;
+  PinnedSource pinned_;
   // How the outputs reach the caller's memory (step 7 binds them, step 9 delivers host ones).
   // Declared after context_: it refers to the context's device state, so it goes first.
   std::unique_ptr<HostOutputs> host_outputs_;

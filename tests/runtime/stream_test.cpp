@@ -1,4 +1,5 @@
-// The CPU stream: in order, asynchronous, sticky errors, events.
+// The CPU stream: in order, asynchronous, sticky errors, events; and the page-locked buffers
+// a device without them (the CPU) does not give.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 #include <vector>
 
 #include "gearbox/stream.h"
+#include "runtime/device_backend.h"
 #include "runtime/stream_impl.h"
 
 namespace gearbox::internal {
@@ -75,6 +77,19 @@ TEST(Stream, PublicHandle) {
   EXPECT_EQ(s->device(), DeviceKind::kCpu);
   EXPECT_TRUE(s->synchronize().ok());
   EXPECT_EQ(Stream::create(DeviceKind::kCpu, 1).status().code(), StatusCode::kNotFound);
+}
+
+// PinnedSource: none from a default source or from the CPU device (its memory is the
+// host's), and the buffer asked for is left as it was.
+TEST(PinnedSource, GivesNoneWhereTheDeviceHasNone) {
+  int dummy = 0;
+  DeviceBuffer into(&dummy, [](void*) {});
+  PinnedSource none;
+  EXPECT_FALSE(none.take(into, 64, "a test"));
+  PinnedSource cpu(*cpu_backend());
+  EXPECT_FALSE(cpu.take(into, 64, "a test"));
+  EXPECT_FALSE(cpu.take(into, 64, "a test"));
+  EXPECT_EQ(into.get(), &dummy);
 }
 
 }  // namespace

@@ -34,7 +34,11 @@ const char* route_name(Route r) {
 class CudaHostOutputs final : public internal::HostOutputs {
  public:
   CudaHostOutputs(const internal::DeviceBackend& device, const internal::HostOutputsSpec& spec, HostOutputRoutes routes)
-      : device_(device), net_(*spec.net), max_bytes_(spec.max_bytes), routes_(std::move(routes)) {
+      : device_(device),
+        net_(*spec.net),
+        max_bytes_(spec.max_bytes),
+        routes_(std::move(routes)),
+        pinned_source_(device) {
     const size_t outputs = max_bytes_.size();
     routes_.progress->assign(outputs, {});
     calls_.resize(outputs);
@@ -151,23 +155,6 @@ class CudaHostOutputs final : public internal::HostOutputs {
     }
   }
 
-  /// Page-locked memory of `bytes` into `into`, or false: where the device has none to give
-  /// (then never asked again), or cannot give it now (a warning that names `what` it was for).
-  bool take_pinned(DeviceBuffer& into, int64_t bytes, const std::string& what) {
-    if (pinned_unavailable_) return false;
-    Result<DeviceBuffer> buf = device_.allocate_pinned(bytes);
-    if (!buf.ok()) {
-      GEARBOX_LOG(kWarning, "no page-locked memory for %s (%s)", what.c_str(), buf.status().to_string().c_str());
-      return false;
-    }
-    if (*buf == nullptr) {
-      pinned_unavailable_ = true;
-      return false;
-    }
-    into = std::move(*buf);
-    return true;
-  }
-
   /// Page-locked staging of at least `bytes` for output `o` (grown on demand), or null: the
   /// output then goes to the caller's memory directly.
   void* pinned_staging(size_t o, int64_t bytes) {
@@ -176,7 +163,8 @@ class CudaHostOutputs final : public internal::HostOutputs {
     // Grow geometrically up to the output's largest size, so that alternating profiles do
     // not reallocate on every call.
     const int64_t want = std::max(bytes, std::min(2 * p.bytes, max_bytes_[o]));
-    if (!take_pinned(p.buffer, want, "output " + std::to_string(o) + ": copying to the caller's memory directly")) {
+    if (!pinned_source_.take(p.buffer, want,
+                             "output " + std::to_string(o) + ": copying to the caller's memory directly")) {
       return nullptr;
     }
     p.bytes = want;
@@ -187,9 +175,9 @@ class CudaHostOutputs final : public internal::HostOutputs {
   /// be had (from then on, no output has any).
   uint32_t* progress_slots(size_t o) {
     if (progress_unavailable_) return nullptr;
-    if (slots_[o] == nullptr &&
-        !take_pinned(slots_[o], int64_t{kHostProgressSlots} * 4,
-                     "the progress slots of output " + std::to_string(o) + ": it is copied once the network is done")) {
+    if (slots_[o] == nullptr && !pinned_source_.take(slots_[o], int64_t{kHostProgressSlots} * 4,
+                                                     "the progress slots of output " + std::to_string(o) +
+                                                         ": it is copied once the network is done")) {
       progress_unavailable_ = true;
       return nullptr;
     }
@@ -217,7 +205,7 @@ class CudaHostOutputs final : public internal::HostOutputs {
   std::vector<DeviceBuffer> slots_;               // per output: its progress slots, allocated at their first use
   std::vector<const void*> last_dst_;             // per output: the caller's memory at its last host call
   std::vector<std::optional<Route>> last_route_;  // per output: how it reached host memory last
-  bool pinned_unavailable_ = false;
+  internal::PinnedSource pinned_source_;          // the page-locked buffers of pinned_ and slots_
   bool progress_unavailable_ = false;
   internal::Event done_;  // recorded after the network while outputs are copied on as they land
 };
