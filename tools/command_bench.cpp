@@ -186,7 +186,10 @@ int run_bench(const BenchArgs& o) {
     const Result<int64_t> used_after = internal::cuda_memory_in_use();
     const internal::EngineCore& core = *r.engine().core();
     int64_t kv = 0;
-    for (const ir::StateSpec& st : core.network().states) kv += 2 * st.rows * st.width * 4;  // K and V, f32
+    for (const ir::StateSpec& st : core.network().states) {  // K and V of every KV-cache slot
+      kv += 2 * core.network().caches() * st.rows * st.width *
+            static_cast<int64_t>(data_type_size(core.device().storage_type(st.dtype)));
+    }
     const int64_t weights = r.engine().weight_bytes(), arena = core.arena_bytes();
     const int64_t expected = weights + kv + arena;
     if (used_after.ok()) {

@@ -80,9 +80,8 @@ int run_inspect(const std::string& file, bool nodes, const std::string& device_f
                 data_type_name(net.tensors[static_cast<size_t>(out)].dtype));
   }
   int64_t state_bytes = 0;
-  const int64_t caches = std::max<int64_t>(net.slots, 1);  // a batched network: one per KV-cache slot
   for (const ir::StateSpec& s : net.states)
-    state_bytes += 2 * caches * s.rows * s.width * static_cast<int64_t>(data_type_size(s.dtype));
+    state_bytes += 2 * net.caches() * s.rows * s.width * static_cast<int64_t>(data_type_size(s.dtype));
   if (net.slots > 0) {
     std::printf("state: %zu KV caches x %lld slots, %.2f MB\n", net.states.size(), static_cast<long long>(net.slots),
                 static_cast<double>(state_bytes) / 1e6);

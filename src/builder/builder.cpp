@@ -120,7 +120,7 @@ class NodeBench {
     std::uniform_int_distribution<int64_t> token(0, std::max<int64_t>(vocab - 1, 0));
     for (int64_t i = 0; i < count; ++i) {
       const int64_t v = ids     ? token(rng)
-                        : slots ? i % std::max<int64_t>(net_.slots, 1)
+                        : slots ? i % net_.caches()
                                 : std::min(position_base + i, net_.max_context - 1);
       if (type == DataType::kI64) {
         static_cast<int64_t*>(data)[i] = v;
@@ -132,9 +132,8 @@ class NodeBench {
 
   Status allocate_states() {
     for (const ir::StateSpec& s : net_.states) {
-      const int64_t caches = std::max<int64_t>(net_.slots, 1);  // a batched network: one per slot
       const int64_t bytes =
-          caches * s.rows * s.width * static_cast<int64_t>(data_type_size(device_.storage_type(s.dtype)));
+          net_.caches() * s.rows * s.width * static_cast<int64_t>(data_type_size(device_.storage_type(s.dtype)));
       for (int kv = 0; kv < 2; ++kv) {
         Result<DeviceBuffer> buf = device_.allocate(bytes);
         if (!buf.ok()) return buf.status();

@@ -288,6 +288,9 @@ struct Network {
   /// KV-cache slots of a batched network (each state holds this many caches of
   /// max_context rows; the attention nodes take a `slots` input); 0: one sequence, no slots.
   int64_t slots = 0;
+
+  /// The caches each state holds: one per KV-cache slot, or one.
+  int64_t caches() const { return slots > 0 ? slots : 1; }
 };
 
 }  // namespace gearbox::ir

@@ -138,7 +138,7 @@ class Validator {
         return invalid_argument(label + ": rows " + std::to_string(s.rows) + " differ from max_context " +
                                 std::to_string(net_.max_context));
       }
-      const auto rows = static_cast<uint64_t>(s.rows) * static_cast<uint64_t>(std::max<int64_t>(net_.slots, 1));
+      const auto rows = static_cast<uint64_t>(s.rows) * static_cast<uint64_t>(net_.caches());
       const auto width = static_cast<uint64_t>(s.width);
       const uint64_t size = data_type_size(s.dtype);
       if (width > (kMaxStateBytes - 1) / size / rows) {

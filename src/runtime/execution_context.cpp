@@ -17,10 +17,8 @@ Result<std::unique_ptr<ExecutionContext>> ExecutionContext::create(std::shared_p
   if (!arena.ok()) return arena.status();
   ctx->arena_ = std::move(*arena);
   for (const ir::StateSpec& s : net.states) {
-    // A batched network's state holds one cache per KV-cache slot.
-    const int64_t caches = std::max<int64_t>(net.slots, 1);
     const int64_t bytes =
-        caches * s.rows * s.width * static_cast<int64_t>(data_type_size(core.device().storage_type(s.dtype)));
+        net.caches() * s.rows * s.width * static_cast<int64_t>(data_type_size(core.device().storage_type(s.dtype)));
     for (int kv = 0; kv < 2; ++kv) {
       Result<DeviceBuffer> buf = core.device().allocate(bytes);
       if (!buf.ok()) return buf.status().with_context("KV cache '" + s.name + "'");
