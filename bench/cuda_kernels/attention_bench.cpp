@@ -72,8 +72,44 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
       });
       const double bytes = 2.0 * static_cast<double>(ctx * width) * 4;
       print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
-                std::to_string(cuda::attention_decode_splits(max_ctx, window, max_splits)) + ")",
+                std::to_string(
+                    cuda::attention_decode_splits(1, heads, max_ctx, window, max_splits, on.limits->sm_count)) +
+                ")",
             t, bytes, 1e3, "GB/s");
+    }
+  }
+  // A batched decode: `rows` queries, each in its own KV-cache slot of kSlotCtx rows at
+  // position ctx - 1, under max_splits from 1 up (the splits attention_decode_splits picks
+  // in brackets): how many splits many rows want.
+  constexpr int64_t kSlotCtx = 2048;
+  for (int64_t rows : {8, 32}) {
+    const int64_t cache_floats = rows * kSlotCtx * width;
+    DeviceMemory skc(static_cast<size_t>(cache_floats) * 4), svc(static_cast<size_t>(cache_floats) * 4);
+    fill_f32(skc.as<float>(), cache_floats, 14);
+    fill_f32(svc.as<float>(), cache_floats, 15);
+    DeviceMemory sq(static_cast<size_t>(rows * heads * hd) * 4), sout(static_cast<size_t>(rows * heads * hd) * 4);
+    fill_f32(sq.as<float>(), rows * heads * hd, 16);
+    std::vector<int32_t> slot_ids(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) slot_ids[static_cast<size_t>(r)] = static_cast<int32_t>(r);
+    DeviceMemory d_slots(slot_ids.size() * sizeof(int32_t)), d_pos(slot_ids.size() * sizeof(int32_t));
+    CHECK(cudaMemcpy(d_slots.ptr, slot_ids.data(), slot_ids.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    const cuda::CacheSlots slots{d_slots.ptr, false, 1};
+    DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(rows, heads, hd, 32)) * 4);
+    for (int32_t ctx : {128, 1024}) {
+      const std::vector<int32_t> positions(static_cast<size_t>(rows), ctx - 1);
+      CHECK(cudaMemcpy(d_pos.ptr, positions.data(), positions.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+      for (int max_splits : {1, 4, 8, 16, 32}) {
+        const Timing t = time_launches(stream, 1, [&](int) {
+          CHECK(cuda::attention_decode(sq.as<float>(), nullptr, nullptr, skc.as<float>(), svc.as<float>(), d_pos.ptr,
+                                       false, sout.as<float>(), rows, heads, kv_heads, hd, kSlotCtx, window, scale,
+                                       partials.as<float>(), max_splits, nullptr, on, false, slots));
+        });
+        const int splits =
+            cuda::attention_decode_splits(rows, heads, kSlotCtx, window, max_splits, on.limits->sm_count);
+        print("decode rows=" + std::to_string(rows) + " ctx=" + std::to_string(ctx) +
+                  " in slots, max_splits=" + std::to_string(max_splits) + " (splits " + std::to_string(splits) + ")",
+              t, 2.0 * static_cast<double>(rows * ctx * width) * 4, 1e3, "GB/s");
+      }
     }
   }
   // The decode step's new K / V row: written by kv_cache_write before the attention, or by the

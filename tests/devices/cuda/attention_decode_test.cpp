@@ -43,14 +43,24 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
   const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
   const std::vector<float> one = run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, 1, launch_);
   EXPECT_TRUE(close("decode, 1 split", one, want, {2e-5, 1e-4}));
+  // Launched as on a device of many SMs, so that the two queries take every split max_splits
+  // allows (attention_decode_splits caps them by the SM count).
+  cuda::DeviceLimits many_sms = *launch_.limits;
+  many_sms.sm_count = 1 << 20;
+  const cuda::Launch wide{launch_.stream, false, false, &many_sms};
   for (int max_splits : {4, 16, 64, 256}) {
     const std::vector<float> got =
-        run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, launch_);
+        run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, wide);
     EXPECT_TRUE(close("decode splits " + std::to_string(max_splits) + " vs 1", got, one, {1e-5, 1e-5}));
   }
-  EXPECT_EQ(cuda::attention_decode_splits(1024, 0, 16), 16);
-  EXPECT_EQ(cuda::attention_decode_splits(1024, 3, 16), 1) << "a 3-key window needs no split";
-  EXPECT_EQ(cuda::attention_decode_splits(100, 0, 64), 4) << "at least 32 keys per split";
+  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 1024, 0, 16, 132), 16);
+  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 1024, 3, 16, 132), 1) << "a 3-key window needs no split";
+  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 100, 0, 64, 132), 4) << "at least 32 keys per split";
+  EXPECT_EQ(cuda::attention_decode_splits(1, 32, 2048, 0, 32, 16), 32) << "one query keeps its splits";
+  EXPECT_EQ(cuda::attention_decode_splits(8, 4, 2048, 0, 32, 132), 5) << "8 rows of 4 heads: 5 splits fill 132 SMs";
+  EXPECT_EQ(cuda::attention_decode_splits(32, 4, 2048, 0, 32, 132), 2);
+  EXPECT_EQ(cuda::attention_decode_splits(2, 4, 128, 0, 32, 132), 4) << "the keys' own bound is lower";
+  EXPECT_EQ(cuda::attention_decode_splits(4096, 8, 2048, 0, 32, 132), 1);
 }
 
 // The splits' partials combine inside a thread-block cluster where the sm_90 code runs (up to

@@ -74,7 +74,16 @@ TEST_F(CudaKernels, AttentionOverSlotsMatchesCpuRows) {
       a.out = want.data();
       ASSERT_TRUE(cpu::attention_rows(a, s, false, scratch.data()).ok());
 
-      for (const SlotKernel kernel : {SlotKernel::kDecode, SlotKernel::kDecodeWritesRows, SlotKernel::kTiled}) {
+      // The split-KV kernel also as on a device of one SM, where its rows fill the device
+      // with one split each (attention_decode_splits).
+      cuda::DeviceLimits one_sm = *launch_.limits;
+      one_sm.sm_count = 1;
+      const cuda::Launch on_one_sm{launch_.stream, false, false, &one_sm};
+      for (const auto& [kernel, on] :
+           {std::pair{SlotKernel::kDecode, launch_}, std::pair{SlotKernel::kDecode, on_one_sm},
+            std::pair{SlotKernel::kDecodeWritesRows, launch_}, std::pair{SlotKernel::kDecodeWritesRows, on_one_sm},
+            std::pair{SlotKernel::kTiled, launch_}}) {
+        const bool few_splits = on.limits == &one_sm;
         for (bool i64 : {false, true}) {
           Floats d_q(q), d_k(k), d_v(v), d_kc(kc0), d_vc(vc0);
           Floats out = Floats::poisoned(T * q_width);
@@ -87,24 +96,24 @@ TEST_F(CudaKernels, AttentionOverSlotsMatchesCpuRows) {
           Floats partials = Floats::poisoned(std::max<int64_t>(1, scratch_floats));
           if (kernel != SlotKernel::kDecodeWritesRows) {
             ASSERT_EQ(cudaSuccess, cuda::kv_cache_write(d_k.get(), d_v.get(), d_pos.get(), i64, T, kv_width, d_kc.get(),
-                                                        d_vc.get(), kCtx, flag(), launch_, slots));
+                                                        d_vc.get(), kCtx, flag(), on, slots));
           }
           cudaError_t err = cudaSuccess;
           if (kernel == SlotKernel::kTiled) {
             err = cuda::attention_prefill(d_q.get(), d_kc.get(), d_vc.get(), d_pos.get(), i64, out.get(), T, c.heads,
-                                          c.kv_heads, c.head_dim, kCtx, c.window, s.scale, partials.get(), launch_,
-                                          slots);
+                                          c.kv_heads, c.head_dim, kCtx, c.window, s.scale, partials.get(), on, slots);
           } else {
             const bool writes = kernel == SlotKernel::kDecodeWritesRows;
             err = cuda::attention_decode(d_q.get(), writes ? d_k.get() : nullptr, writes ? d_v.get() : nullptr,
                                          d_kc.get(), d_vc.get(), d_pos.get(), i64, out.get(), T, c.heads, c.kv_heads,
-                                         c.head_dim, kCtx, c.window, s.scale, partials.get(), 16, flag(), launch_,
-                                         false, slots);
+                                         c.head_dim, kCtx, c.window, s.scale, partials.get(), 16, flag(), on, false,
+                                         slots);
           }
           ASSERT_EQ(cudaSuccess, err);
           EXPECT_EQ(take_flag(), 0) << "padding is no bad position";
           const std::string what = std::string(kernel == SlotKernel::kTiled ? "tiled" : "split-KV") +
                                    (kernel == SlotKernel::kDecodeWritesRows ? " writing rows " : " ") +
+                                   (few_splits ? "on one SM " : "") +
                                    shape({{"heads", c.heads},
                                           {"kv", c.kv_heads},
                                           {"hd", c.head_dim},

@@ -471,10 +471,14 @@ void launch_decode_split(const AttentionArgs& a, bool vec4, bool cluster, float*
 
 }  // namespace
 
-int attention_decode_splits(int64_t max_ctx, int64_t window, int max_splits) {
+int attention_decode_splits(int64_t T, int64_t heads, int64_t max_ctx, int64_t window, int max_splits, int sm_count) {
   const int64_t keys = window > 0 ? std::min(window, max_ctx) : max_ctx;
-  const int64_t wanted = (keys + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit;
-  return static_cast<int>(std::clamp<int64_t>(wanted, 1, std::clamp(max_splits, 1, kMaxSplits)));
+  int64_t splits = (keys + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit;
+  // Several queries: as many splits as give the device's SMs one (query, head, split) each.
+  // More make short splits whose blocks cost more than the keys they share out
+  // (cuda_kernels_bench attention, "decode rows=").
+  if (T > 1) splits = std::min(splits, (std::max(sm_count, 1) + T * heads - 1) / (T * heads));
+  return static_cast<int>(std::clamp<int64_t>(splits, 1, std::clamp(max_splits, 1, kMaxSplits)));
 }
 
 int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits) {
@@ -494,7 +498,7 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  const int splits = attention_decode_splits(max_ctx, window, max_splits);
+  const int splits = attention_decode_splits(T, heads, max_ctx, window, max_splits, launch.limits->sm_count);
   // One split needs no combining; up to kMaxClusterSplits are combined inside a cluster where
   // the sm_90 code runs, more by the combine kernel through `partials`.
   const bool cluster = splits > 1 && splits <= kMaxClusterSplits && launch.limits->hopper_code_runs;

@@ -7,9 +7,13 @@
 
 namespace gearbox::cuda {
 
-/// Number of KV splits attention_decode uses: fixed by (max_ctx, window, max_splits) on
-/// the host, so it does not change between decode steps of one captured graph.
-int attention_decode_splits(int64_t max_ctx, int64_t window, int max_splits);
+/// Number of KV splits attention_decode uses for T queries of `heads` heads: enough for the
+/// longest key range (max_ctx, or the window) in chunks of at least 32 keys, at most
+/// max_splits; and where T > 1 (a batched decode's rows, a prefill), no more than give each
+/// of the device's sm_count SMs one (query, head, split): one query keeps the splits its keys
+/// want, since its latency is the step's. Fixed on the host from the call's shapes, so it
+/// does not change between the steps of one captured graph.
+int attention_decode_splits(int64_t T, int64_t heads, int64_t max_ctx, int64_t window, int max_splits, int sm_count);
 /// Floats of `partials` attention_decode needs: T * heads * max_splits * (head_dim + 2).
 int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits);
 
