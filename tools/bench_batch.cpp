@@ -78,8 +78,11 @@ Result<BatchPlan> plan_batches(const Runner& runner, const std::vector<int64_t>&
                               std::to_string(b) + ", 1]; the profiles take tokens " + profile_list(runner));
     }
   }
-  // The prompt leaves room for the warm-up and at least one timed step in the context.
-  const int64_t room = engine.max_context() - kWarmupSteps - 1;
+  // The prompt leaves room in the context for three passes (logits into a Tensor, into
+  // page-locked host memory, left in device memory) of the warm-up and at least one timed
+  // step.
+  constexpr int64_t kPasses = 3;
+  const int64_t room = engine.max_context() - kPasses * (kWarmupSteps + 1);
   const int64_t cap = std::min(context, room);
   int64_t prompt = 0;
   for (const std::vector<InputProfileBounds>& bounds : engine.profiles().bounds) {
@@ -89,10 +92,12 @@ Result<BatchPlan> plan_batches(const Runner& runner, const std::vector<int64_t>&
   if (prompt == 0) {
     return invalid_argument("--batch: no profile takes a prompt of one row and at most " + std::to_string(cap) +
                             " tokens (--context " + std::to_string(context) + ", the engine's context " +
-                            std::to_string(engine.max_context()) + " less " + std::to_string(kWarmupSteps + 1) +
-                            " decode steps); the profiles take tokens " + profile_list(runner));
+                            std::to_string(engine.max_context()) + " less " +
+                            std::to_string(kPasses * (kWarmupSteps + 1)) + " decode steps); the profiles take tokens " +
+                            profile_list(runner));
   }
-  return BatchPlan{batches, prompt, kWarmupSteps, std::min(steps, engine.max_context() - prompt - kWarmupSteps)};
+  return BatchPlan{batches, prompt, kWarmupSteps,
+                   std::min(steps, (engine.max_context() - prompt) / kPasses - kWarmupSteps)};
 }
 
 Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& plan, int64_t& checked_calls,
@@ -124,9 +129,17 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
   struct Measured {
     int64_t batch;
     int32_t profile;
-    Stats step_ms;
-    double tokens_per_s;
+    Stats step_ms;         ///< logits copied to the host (a Tensor)
+    Stats pinned_step_ms;  ///< logits in page-locked host memory (Engine::allocate_host)
+    Stats device_step_ms;  ///< logits left in device memory, each step waited for
   };
+  // The largest batch's logits in page-locked host memory, which the device writes by DMA,
+  // and in device memory, where a caller that samples on the device leaves them.
+  const int64_t most = *std::max_element(plan.batches.begin(), plan.batches.end());
+  Result<HostMemory> pinned_memory = runner.engine().allocate_host(most * vocab * 4);
+  if (!pinned_memory.ok()) return pinned_memory.status().with_context("--batch: the page-locked logits");
+  Result<DeviceMemory> device_memory = runner.engine().allocate(most * vocab * 4);
+  if (!device_memory.ok()) return device_memory.status().with_context("--batch: the device logits");
   std::vector<Measured> measured;
   for (int64_t b : plan.batches) {
     const std::string at = "--batch " + std::to_string(b);
@@ -142,7 +155,8 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
       first = end;
     }
     // Decode steps: every row one token at its slot's next position, in one call pinned to
-    // the decode profile for B.
+    // the decode profile for B; the logits copied to a Tensor, then written into page-locked
+    // host memory, then left in device memory.
     const int32_t profile = decode_profile(runner.engine().profiles(), b);
     std::vector<int64_t> tokens(static_cast<size_t>(b)), positions(static_cast<size_t>(b)),
         slots(static_cast<size_t>(b));
@@ -150,32 +164,57 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
     const TensorView in[3] = {{tokens.data(), DataType::kI64, Dims{b, 1}},
                               {positions.data(), DataType::kI64, Dims{b, 1}},
                               {slots.data(), DataType::kI64, Dims{b}}};
-    std::vector<double> ms;
-    for (int64_t step = 0; step < plan.warmup + plan.steps; ++step) {
-      for (int64_t slot = 0; slot < b; ++slot) {
-        tokens[static_cast<size_t>(slot)] = token_id(slot, plan.prompt + step, vocab);
-        positions[static_cast<size_t>(slot)] = session.slot_length(slot);
+    int64_t step = 0;  // over both passes: each step's tokens differ
+    enum class Logits { kTensor, kPinned, kDevice };
+    auto timed_steps = [&](Logits into) -> Result<Stats> {
+      std::vector<double> ms;
+      for (int64_t i = 0; i < plan.warmup + plan.steps; ++i, ++step) {
+        for (int64_t slot = 0; slot < b; ++slot) {
+          tokens[static_cast<size_t>(slot)] = token_id(slot, plan.prompt + step, vocab);
+          positions[static_cast<size_t>(slot)] = session.slot_length(slot);
+        }
+        const std::string what = at + ": decode step " + std::to_string(i) +
+                                 (into == Logits::kPinned   ? " (logits in page-locked host memory)"
+                                  : into == Logits::kDevice ? " (logits in device memory)"
+                                                            : "");
+        TensorView view =
+            into == Logits::kPinned
+                ? TensorView{pinned_memory->data(), DataType::kF32, Dims{}, MemoryKind::kHost, b * vocab * 4}
+                : TensorView{device_memory->data(), DataType::kF32, Dims{}, MemoryKind::kDevice, b * vocab * 4};
+        const auto t0 = std::chrono::steady_clock::now();
+        Status s;
+        {
+          OptimizationProfileGuard pin(profile);
+          s = into == Logits::kTensor ? session.run(in, std::span(&logits, 1)) : session.run(in, std::span(&view, 1));
+          if (into == Logits::kDevice && s.ok()) s = session.synchronize();
+        }
+        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        GEARBOX_RETURN_IF_ERROR(s.with_context(what));
+        if (into == Logits::kTensor) {
+          check(b, what);
+        } else {
+          ++checked_calls;
+          if (problem.empty() && !(view.dims == Dims{b, 1, vocab})) {
+            problem = what + " returned logits " + view.dims.to_string();
+          }
+        }
+        const int32_t ran = session.active_profile();
+        if (ran != profile && problem.empty()) {
+          problem = what + " pinned to profile " + runner.profile_label(profile) + " ran profile " +
+                    runner.profile_label(ran);
+        }
+        if (i >= plan.warmup) ms.push_back(t);
       }
-      const std::string what = at + ": decode step " + std::to_string(step);
-      const auto t0 = std::chrono::steady_clock::now();
-      Status s;
-      {
-        OptimizationProfileGuard pin(profile);
-        s = session.run(in, std::span(&logits, 1));
-      }
-      const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      GEARBOX_RETURN_IF_ERROR(s.with_context(what));
-      check(b, what);
-      const int32_t ran = session.active_profile();
-      if (ran != profile && problem.empty()) {
-        problem =
-            what + " pinned to profile " + runner.profile_label(profile) + " ran profile " + runner.profile_label(ran);
-      }
-      if (step >= plan.warmup) ms.push_back(t);
-    }
+      return stats(ms);
+    };
+    Result<Stats> host = timed_steps(Logits::kTensor);
+    if (!host.ok()) return host.status();
+    Result<Stats> pinned = timed_steps(Logits::kPinned);
+    if (!pinned.ok()) return pinned.status();
+    Result<Stats> device = timed_steps(Logits::kDevice);
+    if (!device.ok()) return device.status();
     for (int64_t slot = 0; slot < b; ++slot) GEARBOX_RETURN_IF_ERROR(session.release_slot(slot));
-    const Stats s = stats(ms);
-    measured.push_back({b, profile, s, static_cast<double>(b) * 1e3 / s.median});
+    measured.push_back({b, profile, *host, *pinned, *device});
   }
   size_t base = 0;
   for (size_t i = 0; i < measured.size(); ++i) {
@@ -184,21 +223,25 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
       break;
     }
   }
+  const auto tokens_per_s = [](int64_t b, const Stats& st) { return static_cast<double>(b) * 1e3 / st.median; };
   std::printf(
       "batch: a %lld-token prompt in each of B slots, then %lld warm-up and %lld timed decode steps of tokens [B, 1], "
-      "logits to the host; speedup: tok/s over batch %lld\n",
+      "the logits copied to a Tensor, then the same steps with them in page-locked host memory and left in device "
+      "memory; speedup: tok/s over batch %lld\n",
       static_cast<long long>(plan.prompt), static_cast<long long>(plan.warmup), static_cast<long long>(plan.steps),
       static_cast<long long>(measured[base].batch));
-  std::printf("  %5s  %-16s %10s  %-20s %10s %12s %8s\n", "batch", "profile", "ms/step", "(p10, p90)", "ms/token",
-              "tok/s", "speedup");
+  std::printf("  %5s  %-16s %10s  %-20s %10s %8s  %16s  %16s %10s %8s\n", "batch", "profile", "ms/step", "(p10, p90)",
+              "tok/s", "speedup", "pinned ms/step", "device ms/step", "tok/s", "speedup");
   nlohmann::ordered_json json = nlohmann::ordered_json::array();
   for (const Measured& m : measured) {
-    const double speedup = m.tokens_per_s / measured[base].tokens_per_s;
+    const double host_tps = tokens_per_s(m.batch, m.step_ms), device_tps = tokens_per_s(m.batch, m.device_step_ms);
+    const double speedup = host_tps / tokens_per_s(measured[base].batch, measured[base].step_ms);
+    const double device_speedup = device_tps / tokens_per_s(measured[base].batch, measured[base].device_step_ms);
     char spread[64];
     std::snprintf(spread, sizeof spread, "(%.3f, %.3f)", m.step_ms.p10, m.step_ms.p90);
-    std::printf("  %5lld  %-16s %10.3f  %-20s %10.3f %12.1f %7.2fx\n", static_cast<long long>(m.batch),
-                runner.profile_label(m.profile).c_str(), m.step_ms.median, spread, m.step_ms.median, m.tokens_per_s,
-                speedup);
+    std::printf("  %5lld  %-16s %10.3f  %-20s %10.1f %7.2fx  %16.3f  %16.3f %10.1f %7.2fx\n",
+                static_cast<long long>(m.batch), runner.profile_label(m.profile).c_str(), m.step_ms.median, spread,
+                host_tps, speedup, m.pinned_step_ms.median, m.device_step_ms.median, device_tps, device_speedup);
     json.push_back({{"batch", m.batch},
                     {"profile", runner.engine().profiles().names[static_cast<size_t>(m.profile)]},
                     {"prompt_tokens", plan.prompt},
@@ -207,8 +250,14 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
                     {"step_ms_p10", as_printed(m.step_ms.p10, "%f")},
                     {"step_ms_p90", as_printed(m.step_ms.p90, "%f")},
                     {"token_ms", as_printed(m.step_ms.median, "%f")},
-                    {"tokens_per_s", as_printed(m.tokens_per_s, "%f")},
+                    {"tokens_per_s", as_printed(host_tps, "%f")},
                     {"speedup", as_printed(speedup, "%f")},
+                    {"pinned_logits_step_ms_median", as_printed(m.pinned_step_ms.median, "%f")},
+                    {"device_logits_step_ms_median", as_printed(m.device_step_ms.median, "%f")},
+                    {"device_logits_step_ms_p10", as_printed(m.device_step_ms.p10, "%f")},
+                    {"device_logits_step_ms_p90", as_printed(m.device_step_ms.p90, "%f")},
+                    {"device_logits_tokens_per_s", as_printed(device_tps, "%f")},
+                    {"device_logits_speedup", as_printed(device_speedup, "%f")},
                     {"speedup_vs_batch", measured[base].batch}});
   }
   return json;

@@ -1,9 +1,10 @@
 # cmake -DGEARBOX=<gearbox> -DWORK_DIR=<dir> -P bench_batch.cmake
 # `gearbox bench --batch 1,2,4` on a mini engine of 4 KV-cache slots whose prefill profile
 # takes 2 rows (batch 4 fills its slots in two calls): its JSON holds one entry per batch
-# size, in the order given, with positive timings, tokens/s and speedups over batch 1; a
-# second run asking for more decode steps than the context holds after the prompt gets the
-# steps that fit.
+# size, in the order given, with positive timings, tokens/s and speedups over batch 1 for its
+# passes (logits into a Tensor, into page-locked host memory, left in device memory); a second
+# run asking for more decode steps than the context holds after the prompt gets the steps that
+# fit.
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(engine ${WORK_DIR}/batched.gbx)
 set(json ${WORK_DIR}/batch.json)
@@ -53,7 +54,9 @@ function(check_bench steps want_steps)
                           "speedup over batch ${base} (want ${want_batch} on 'decode4', ${want_steps} steps after 16, "
                           "over batch 1):\n${doc}")
     endif()
-    foreach(key step_ms_median step_ms_p10 step_ms_p90 token_ms tokens_per_s speedup)
+    foreach(key step_ms_median step_ms_p10 step_ms_p90 token_ms tokens_per_s speedup pinned_logits_step_ms_median
+                device_logits_step_ms_median device_logits_step_ms_p10 device_logits_step_ms_p90
+                device_logits_tokens_per_s device_logits_speedup)
       string(JSON value GET "${doc}" batch ${i} ${key})
       if(NOT value GREATER 0)
         message(FATAL_ERROR "batch[${i}].${key} is ${value}, not a positive number:\n${doc}")
@@ -61,13 +64,16 @@ function(check_bench steps want_steps)
     endforeach()
     math(EXPR i "${i} + 1")
   endforeach()
-  string(JSON speedup GET "${doc}" batch 0 speedup)
-  if(NOT speedup EQUAL 1)
-    message(FATAL_ERROR "batch 1's speedup over itself is ${speedup}, not 1:\n${doc}")
-  endif()
+  foreach(key speedup device_logits_speedup)
+    string(JSON speedup GET "${doc}" batch 0 ${key})
+    if(NOT speedup EQUAL 1)
+      message(FATAL_ERROR "batch 1's ${key} over itself is ${speedup}, not 1:\n${doc}")
+    endif()
+  endforeach()
   message("${out}")
 endfunction()
 
 check_bench(4 4)
-# The context of 64 rows holds the 16-token prompt, 3 warm-up steps and 45 timed ones.
-check_bench(1000 45)
+# The context of 64 rows holds the 16-token prompt and three passes of 3 warm-up steps and 13
+# timed ones.
+check_bench(1000 13)
