@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 
 #include "core/check.h"
@@ -31,7 +32,27 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
     int64_t slot;
   };
   std::vector<Running> running;
-  Tensor logits;
+  // Each call's logits [rows, 1, vocab] land in page-locked host memory, which the device
+  // writes by DMA (a batched step's rows would otherwise pass through a staging copy into
+  // a Tensor); where the device gives none now, in a Tensor.
+  Result<HostMemory> pinned = runner.engine().allocate_host(out.slots * runner.vocab() * 4);
+  if (!pinned.ok()) {
+    std::fprintf(stderr, "warning: the logits go through a Tensor: %s\n", pinned.status().to_string().c_str());
+  }
+  Tensor tensor;
+  struct Logits {
+    const float* data;
+    int64_t vocab;
+  };
+  const auto call = [&](const std::vector<Runner::Row>& rows, double* ms) -> Result<Logits> {
+    if (pinned.ok()) {
+      TensorView view{pinned->data(), DataType::kF32, Dims{}, MemoryKind::kHost, pinned->bytes()};
+      GEARBOX_RETURN_IF_ERROR(runner.call_rows(rows, view, ms));
+      return Logits{static_cast<const float*>(view.data), view.dims[view.dims.rank() - 1]};
+    }
+    GEARBOX_RETURN_IF_ERROR(runner.call_rows(rows, tensor, ms));
+    return Logits{tensor.data<float>(), tensor.dims[tensor.dims.rank() - 1]};
+  };
   const auto ended = [&](size_t i) {
     const std::vector<int64_t>& g = out.sequences[i].generated;
     return static_cast<int64_t>(g.size()) >= options.max_new ||
@@ -67,15 +88,15 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
       const double wait_ms = ms_since(start);
       for (size_t a = first; a < end; ++a) rows.push_back({prompts[admitted[a].index], 0, admitted[a].slot});
       double ms = 0;
-      GEARBOX_RETURN_IF_ERROR(
-          runner.call_rows(rows, logits, &ms).with_context("prompt " + std::to_string(admitted[first].index + 1)));
-      const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+      Result<Logits> logits = call(rows, &ms);
+      if (!logits.ok()) return logits.status().with_context("prompt " + std::to_string(admitted[first].index + 1));
+      const int64_t vocab = logits->vocab;
       for (size_t a = first; a < end; ++a) {
         const size_t i = admitted[a].index;
         SequenceResult& seq = out.sequences[i];
         seq.wait_ms = wait_ms;
         seq.prefill_ms = ms;
-        const float* row = logits.data<float>() + static_cast<int64_t>(a - first) * vocab;
+        const float* row = logits->data + static_cast<int64_t>(a - first) * vocab;
         GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, static_cast<int64_t>(prompts[i].size()) - 1));
         seq.generated.push_back(options.next_token(row, vocab));
         running.push_back(admitted[a]);
@@ -92,13 +113,14 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
       rows.push_back({{seq.generated.back()}, pos, r.slot});
     }
     double ms = 0;
-    GEARBOX_RETURN_IF_ERROR(runner.call_rows(rows, logits, &ms));
+    Result<Logits> logits = call(rows, &ms);
+    if (!logits.ok()) return logits.status();
     ++out.decode_calls;
     out.decode_rows += static_cast<int64_t>(rows.size());
-    const int64_t vocab = logits.dims[logits.dims.rank() - 1];
+    const int64_t vocab = logits->vocab;
     for (size_t r = 0; r < running.size(); ++r) {
       SequenceResult& seq = out.sequences[running[r].index];
-      const float* row = logits.data<float>() + static_cast<int64_t>(r) * vocab;
+      const float* row = logits->data + static_cast<int64_t>(r) * vocab;
       GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, rows[r].start));
       seq.generated.push_back(options.next_token(row, vocab));
       seq.decode_ms += ms;

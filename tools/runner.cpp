@@ -101,6 +101,15 @@ Status Runner::call_with(const std::vector<int64_t>& ids, int64_t start, const P
 }
 
 Status Runner::call_rows(const std::vector<Row>& rows, Tensor& logits, double* ms) {
+  return call_rows_with(rows, logits, ms);
+}
+
+Status Runner::call_rows(const std::vector<Row>& rows, TensorView& logits, double* ms) {
+  return call_rows_with(rows, logits, ms);
+}
+
+template <typename Output>
+Status Runner::call_rows_with(const std::vector<Row>& rows, Output& logits, double* ms) {
   const bool slots = engine_.max_batch() > 0;
   if (!slots && rows.size() != 1) return invalid_argument("an engine without KV-cache slots runs one sequence a call");
   size_t seq = 0;

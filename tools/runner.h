@@ -38,6 +38,8 @@ class Runner {
   /// rows left-padded to the longest (docs/ARCHITECTURE.md, "Batches and KV-cache slots").
   /// `logits` receives [rows, 1, vocab]. On an engine without slots, one row in slot 0.
   Status call_rows(const std::vector<Row>& rows, Tensor& logits, double* ms = nullptr);
+  /// The same with `logits` in caller memory (host memory: the call waits for them).
+  Status call_rows(const std::vector<Row>& rows, TensorView& logits, double* ms = nullptr);
   /// Whether some profile takes `tokens` of these dims ([rows, seq]).
   bool fits(const Dims& tokens) const;
   /// The sequences one session holds at once: the engine's KV-cache slots, capped by the
@@ -57,6 +59,8 @@ class Runner {
   std::string profile_label(int32_t profile) const;
 
  private:
+  template <typename Output>
+  Status call_rows_with(const std::vector<Row>& rows, Output& logits, double* ms);
   template <typename Output>
   Status call_with(const std::vector<int64_t>& ids, int64_t start, const ProfileRequest& request, Output& logits,
                    double* ms);
