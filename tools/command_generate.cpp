@@ -127,6 +127,7 @@ int run_generate_many(const GenerateArgs& o, Runner& runner, std::vector<int64_t
   BatchOptions options;
   options.max_new = o.max_new;
   options.eos = std::move(eos);
+  options.greedy = o.temperature <= 0;
   options.next_token = [&](const float* x, int64_t vocab) {
     return sample(x, vocab, o.temperature, o.top_k, o.top_p, rng);
   };

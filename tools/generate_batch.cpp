@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <thread>
 
 #include "core/check.h"
+#include "logits_scan.h"
 
 namespace gearbox::cli {
 namespace {
@@ -40,6 +42,8 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
     std::fprintf(stderr, "warning: the logits go through a Tensor: %s\n", pinned.status().to_string().c_str());
   }
   Tensor tensor;
+  // Each call's rows are checked (and, greedy, their ids found) on the host's threads.
+  const int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   struct Logits {
     const float* data;
     int64_t vocab;
@@ -91,14 +95,17 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
       Result<Logits> logits = call(rows, &ms);
       if (!logits.ok()) return logits.status().with_context("prompt " + std::to_string(admitted[first].index + 1));
       const int64_t vocab = logits->vocab;
+      const std::vector<LogitsScan> scans = scan_rows(logits->data, static_cast<int64_t>(end - first), vocab, threads);
       for (size_t a = first; a < end; ++a) {
         const size_t i = admitted[a].index;
         SequenceResult& seq = out.sequences[i];
         seq.wait_ms = wait_ms;
         seq.prefill_ms = ms;
         const float* row = logits->data + static_cast<int64_t>(a - first) * vocab;
-        GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, static_cast<int64_t>(prompts[i].size()) - 1));
-        seq.generated.push_back(options.next_token(row, vocab));
+        const LogitsScan& scan = scans[a - first];
+        const int64_t position = static_cast<int64_t>(prompts[i].size()) - 1;
+        if (scan.first_non_finite >= 0) return non_finite_logit(scan.first_non_finite, position);
+        seq.generated.push_back(options.greedy ? scan.argmax : options.next_token(row, vocab));
         running.push_back(admitted[a]);
         if (ended(i)) GEARBOX_RETURN_IF_ERROR(finish(running.size() - 1));
       }
@@ -118,11 +125,12 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
     ++out.decode_calls;
     out.decode_rows += static_cast<int64_t>(rows.size());
     const int64_t vocab = logits->vocab;
+    const std::vector<LogitsScan> scans = scan_rows(logits->data, static_cast<int64_t>(running.size()), vocab, threads);
     for (size_t r = 0; r < running.size(); ++r) {
       SequenceResult& seq = out.sequences[running[r].index];
       const float* row = logits->data + static_cast<int64_t>(r) * vocab;
-      GEARBOX_RETURN_IF_ERROR(check_finite_logits(row, vocab, rows[r].start));
-      seq.generated.push_back(options.next_token(row, vocab));
+      if (scans[r].first_non_finite >= 0) return non_finite_logit(scans[r].first_non_finite, rows[r].start);
+      seq.generated.push_back(options.greedy ? scans[r].argmax : options.next_token(row, vocab));
       seq.decode_ms += ms;
     }
     for (size_t r = running.size(); r-- > 0;) {

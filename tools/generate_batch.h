@@ -4,7 +4,7 @@
 // soon as a slot is free; every step decodes all running sequences in one call; a sequence
 // that ends frees its slot at once.
 //
-//   BatchOptions options{.max_new = 32, .eos = {1}, .next_token = greedy};
+//   BatchOptions options{.max_new = 32, .eos = {1}, .greedy = true};
 //   Result<BatchOutcome> out = generate_batch(runner, prompts, options);
 #pragma once
 
@@ -20,7 +20,10 @@ namespace gearbox::cli {
 struct BatchOptions {
   int64_t max_new = 32;      ///< tokens to generate at most per sequence
   std::vector<int64_t> eos;  ///< ids that end a sequence (kept in its output)
-  /// The next id from one row of `vocab` logits.
+  /// Greedy: each row's next id is its first largest logit, found by the scan that checks
+  /// the rows (next_token is not called).
+  bool greedy = false;
+  /// The next id from one row of `vocab` logits (rows in order: a sampler may hold state).
   std::function<int64_t(const float* logits, int64_t vocab)> next_token;
 };
 

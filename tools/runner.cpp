@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "gearbox/binding_names.h"
 #include "gearbox/profile_guard.h"
+#include "logits_scan.h"
 
 namespace gearbox::cli {
 namespace {
@@ -168,14 +169,15 @@ std::string Runner::profile_label(int32_t profile) const {
   return std::to_string(profile) + " '" + engine_.profiles().names[static_cast<size_t>(profile)] + "'";
 }
 
+Status non_finite_logit(int64_t token, int64_t position) {
+  return data_loss("the engine returned a non-finite logit (token " + std::to_string(token) + ") at position " +
+                   std::to_string(position) + "; its weights or inputs hold NaN or infinity");
+}
+
 Status check_finite_logits(const float* x, int64_t vocab, int64_t position) {
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (!std::isfinite(x[i])) {
-      return data_loss("the engine returned a non-finite logit (token " + std::to_string(i) + ") at position " +
-                       std::to_string(position) + "; its weights or inputs hold NaN or infinity");
-    }
-  }
-  return {};
+  if (vocab < 1) return {};
+  const LogitsScan scan = scan_logits(x, vocab);
+  return scan.first_non_finite < 0 ? Status{} : non_finite_logit(scan.first_non_finite, position);
 }
 
 Status check_finite_logits(const Tensor& logits, int64_t last_position) {

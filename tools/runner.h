@@ -71,6 +71,9 @@ class Runner {
   int64_t vocab_;
 };
 
+/// The error for a non-finite logit of `token` in the row for `position`.
+Status non_finite_logit(int64_t token, int64_t position);
+
 /// An error naming the first NaN or infinite value of one row of `vocab` logits at `x`
 /// (`position`: the token position the row is for): sampling or scoring from it means
 /// nothing, and sorting NaN is undefined behaviour.
