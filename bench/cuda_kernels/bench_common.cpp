@@ -116,7 +116,7 @@ std::string geometry_name(cuda::GemvGeometry g) {
 
 /// The geometries a launch of M rows takes.
 std::vector<cuda::GemvGeometry> geometries(int64_t M) {
-  if (M > 1) return {cuda::kGemvDefaultGeometry};
+  if (M > 1) return {cuda::gemv_rows_geometry(M)};
   return {std::begin(cuda::kGemvGeometries), std::end(cuda::kGemvGeometries)};
 }
 

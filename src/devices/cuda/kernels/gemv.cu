@@ -13,7 +13,8 @@
 //   default). A thread issues all U * R of its W loads (ld.global.nc, not allocated in L1,
 //   so x stays there) before the first FMA. Which geometry streams W fastest depends on N and
 //   K (how many blocks, how many passes over K) and the GPU, so M = 1 launches take any of
-//   kGemvGeometries and the builder times them.
+//   kGemvGeometries and the builder times them. M > 1 launches run gemv_rows_geometry(M):
+//   M * R accumulators a thread, R = 2 above 4 rows so that two blocks fit an SM.
 // - A chunk costs its load, its conversion and its multiply-adds, and little else: a
 //   thread forms its rows' pointers once a unit and indexes within a row in 32 bits
 //   (K <= kGemvMaxK), with one compare a slot (its chunks past K are neither loaded nor
@@ -64,9 +65,10 @@ constexpr int kGemvThreads = 256;
 /// Blocks per SM the register budget must allow: at M = 1, 4 blocks (<= 64 registers) where a
 /// thread holds up to 4 chunks (R * U), 3 (<= 85) where it holds 8 (64 registers would make
 /// those spill, which costs more than the fourth block gains), 2 where it holds 16 (106-128
-/// registers); larger M needs the registers for its M * R accumulators.
+/// registers); larger M, 2 (<= 128 registers): its M * R accumulators fit there with R = 4 up
+/// to 4 rows and R = 2 above (gemv_rows_geometry).
 __host__ __device__ constexpr int min_blocks_per_sm(int M, int loads) {
-  return M == 1 ? (loads <= 4 ? 4 : loads <= 8 ? 3 : 2) : (M <= 4 ? 2 : 1);
+  return M == 1 ? (loads <= 4 ? 4 : loads <= 8 ? 3 : 2) : 2;
 }
 
 template <typename W>
@@ -534,18 +536,17 @@ void launch_one_row(const GemvParams<W>& p, GemvGeometry g, bool vec, int64_t ma
 template <typename W, bool kGated>
 void launch_gemv(const GemvParams<W>& p, int64_t M, GemvGeometry g, bool vec, int64_t max_blocks, const Launch& launch,
                  bool norm) {
-  constexpr int R = kGemvDefaultGeometry.rows;
-  constexpr int U = kGemvDefaultGeometry.unroll;
   if (norm) return launch_one_row<W, kGated, true>(p, g, vec, max_blocks, launch);
   if (M == 1) return launch_one_row<W, kGated, false>(p, g, vec, max_blocks, launch);
+  constexpr GemvGeometry kFew = gemv_rows_geometry(4), kMany = gemv_rows_geometry(8);
   switch (M) {
-    case 2: launch_gemv<W, 2, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    case 3: launch_gemv<W, 3, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    case 4: launch_gemv<W, 4, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    case 5: launch_gemv<W, 5, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    case 6: launch_gemv<W, 6, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    case 7: launch_gemv<W, 7, kGated, R, U, false>(p, vec, max_blocks, launch); break;
-    default: launch_gemv<W, 8, kGated, R, U, false>(p, vec, max_blocks, launch); break;
+    case 2: launch_gemv<W, 2, kGated, kFew.rows, kFew.unroll, false>(p, vec, max_blocks, launch); break;
+    case 3: launch_gemv<W, 3, kGated, kFew.rows, kFew.unroll, false>(p, vec, max_blocks, launch); break;
+    case 4: launch_gemv<W, 4, kGated, kFew.rows, kFew.unroll, false>(p, vec, max_blocks, launch); break;
+    case 5: launch_gemv<W, 5, kGated, kMany.rows, kMany.unroll, false>(p, vec, max_blocks, launch); break;
+    case 6: launch_gemv<W, 6, kGated, kMany.rows, kMany.unroll, false>(p, vec, max_blocks, launch); break;
+    case 7: launch_gemv<W, 7, kGated, kMany.rows, kMany.unroll, false>(p, vec, max_blocks, launch); break;
+    default: launch_gemv<W, 8, kGated, kMany.rows, kMany.unroll, false>(p, vec, max_blocks, launch); break;
   }
 }
 
@@ -559,7 +560,7 @@ int threads_per_row(int64_t chunks, int unroll) {
 
 /// Whether a launch of M rows may take geometry g.
 bool geometry_served(GemvGeometry g, int64_t M) {
-  if (M > 1) return g == kGemvDefaultGeometry;
+  if (M > 1) return g == kGemvDefaultGeometry || g == gemv_rows_geometry(M);
   for (const GemvGeometry& served : kGemvGeometries) {
     if (g == served) return true;
   }
@@ -593,6 +594,7 @@ cudaError_t gemv_multi(const float* x, const GemvTarget<W>* targets, int count, 
     return cudaErrorInvalidValue;
   }
   if (M == 0) return cudaSuccess;
+  if (M > 1) geometry = gemv_rows_geometry(M);
   const int R = geometry.rows;
   constexpr int64_t kVecElems = 16 / static_cast<int64_t>(sizeof(W));
   GemvParams<W> p{};
@@ -657,6 +659,7 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
       K % kVecElems == 0 && (norm_input != nullptr || aligned16(x)) && aligned16(w_gate) && aligned16(w_up);
   if (!norm_input_ok(norm_input, M, K, vec) || (norm_input != nullptr && N == 0)) return cudaErrorInvalidValue;
   if (M == 0 || N == 0) return cudaSuccess;
+  if (M > 1) geometry = gemv_rows_geometry(M);
   GemvParams<W> p{};
   if (norm_input != nullptr) p.norm = *norm_input;
   p.x = x;

@@ -27,8 +27,11 @@ struct GemvGeometry {
   int unroll = 2;
   friend constexpr bool operator==(GemvGeometry, GemvGeometry) = default;
 };
-/// The geometry of every M (M > 1 takes no other).
+/// The geometry an M = 1 launch takes by default; a launch of M > 1 rows may be passed it.
 inline constexpr GemvGeometry kGemvDefaultGeometry{4, 2};
+/// The geometry a launch of M > 1 rows runs (passed it or the default): R = 4 up to 4 rows;
+/// above, R = 2, whose M * R accumulators leave a thread's registers for two blocks an SM.
+constexpr GemvGeometry gemv_rows_geometry(int64_t M) { return M > 4 ? GemvGeometry{2, 2} : kGemvDefaultGeometry; }
 /// The geometries an M = 1 launch takes (the default first).
 inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8}, {4, 4}, {8, 2}};
 
