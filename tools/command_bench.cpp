@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include <CLI/CLI.hpp>
 
@@ -113,6 +114,23 @@ struct BenchArgs {
 // A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
 double json_number(double x) { return as_printed(x, "%f"); }
 
+// The end of a run: the JSON written where --json asks (with `validated` and
+// `checked_calls`), then exit 1 naming the first check that failed, or a line saying what
+// every checked call did.
+int finish_bench(const BenchArgs& o, nlohmann::ordered_json json, const std::string& problem, int64_t checked_calls,
+                 const char* checked) {
+  json["validated"] = problem.empty();
+  json["checked_calls"] = checked_calls;
+  if (!o.json_path.empty()) {
+    if (Status s = write_output_file(o.json_path, json_line(json) + "\n", "benchmark JSON"); !s.ok()) {
+      return fail("bench", s);
+    }
+  }
+  if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
+  std::printf("validated: %lld calls %s\n", static_cast<long long>(checked_calls), checked);
+  return 0;
+}
+
 // `--batch`: the load time, then decode at each batch size (bench_batch.h), in text and JSON.
 int run_batch_bench(Runner& r, const BenchArgs& o, double load_ms, double file_gb, double memory_overhead) {
   Result<BatchPlan> plan = plan_batches(r, o.batches, o.context, o.steps);
@@ -128,24 +146,15 @@ int run_batch_bench(Runner& r, const BenchArgs& o, double load_ms, double file_g
   std::string problem;  // the first check that failed
   Result<nlohmann::ordered_json> batch = bench_batches(r, *plan, checked_calls, problem);
   if (!batch.ok()) return fail("bench", batch.status());
-  const nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
-                                       {"weight_gb", json_number(weight_gb)},
-                                       {"load_ms", json_number(load_ms)},
-                                       {"engine_file_gb", json_number(file_gb)},
-                                       {"load_gb_s", json_number(load_gb_s)},
-                                       {"memory_overhead_percent", json_number(memory_overhead)},
-                                       {"batch", *batch},
-                                       {"validated", problem.empty()},
-                                       {"checked_calls", checked_calls}};
-  if (!o.json_path.empty()) {
-    if (Status s = write_output_file(o.json_path, json_line(json) + "\n", "benchmark JSON"); !s.ok()) {
-      return fail("bench", s);
-    }
-  }
-  if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
-  std::printf("validated: %lld calls returned finite logits [B, 1, vocab], decode steps on the profile they pinned\n",
-              static_cast<long long>(checked_calls));
-  return 0;
+  nlohmann::ordered_json json = {{"device", device_kind_name(r.engine().device())},
+                                 {"weight_gb", json_number(weight_gb)},
+                                 {"load_ms", json_number(load_ms)},
+                                 {"engine_file_gb", json_number(file_gb)},
+                                 {"load_gb_s", json_number(load_gb_s)},
+                                 {"memory_overhead_percent", json_number(memory_overhead)},
+                                 {"batch", *batch}};
+  return finish_bench(o, std::move(json), problem, checked_calls,
+                      "returned finite logits [B, 1, vocab], decode steps on the profile they pinned");
 }
 
 int run_bench(const BenchArgs& o) {
@@ -542,17 +551,8 @@ int run_bench(const BenchArgs& o) {
   json["switch_into_prefill_host_us"] = json_number(switch_host_us[1]);
   json["round_switching_ms"] = json_number(round_ms[0]);
   json["round_prefill_only_ms"] = json_number(round_ms[1]);
-  json["validated"] = problem.empty();
-  json["checked_calls"] = checked_calls;
-  if (!o.json_path.empty()) {
-    if (Status s = write_output_file(o.json_path, json_line(json) + "\n", "benchmark JSON"); !s.ok()) {
-      return fail("bench", s);
-    }
-  }
-  if (!problem.empty()) return fail("bench", internal_error("not validated: " + problem));
-  std::printf("validated: %lld calls ran the profile they pinned, with finite logits where they came back\n",
-              static_cast<long long>(checked_calls));
-  return 0;
+  return finish_bench(o, std::move(json), problem, checked_calls,
+                      "ran the profile they pinned, with finite logits where they came back");
 }
 
 }  // namespace
