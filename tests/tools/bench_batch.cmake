@@ -10,12 +10,8 @@ set(engine ${WORK_DIR}/batched.gbx)
 set(json ${WORK_DIR}/batch.json)
 file(REMOVE ${json})
 
-execute_process(COMMAND ${GEARBOX} build --mini -o ${engine} --max-seq 64 --device cpu
-                        --profile decode4:1x1:4x1:4x1 --profile prefill:1x16:2x16:2x64
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "build: exit code ${rc}\n${out}${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/mini_engine.cmake)
+build_mini_engine(${engine} --max-seq 64 --profile decode4:1x1:4x1:4x1 --profile prefill:1x16:2x16:2x64)
 
 # Runs bench --batch 1,2,4 with --steps `steps`; checks the JSON and that each entry ran `want_steps`.
 function(check_bench steps want_steps)

@@ -1,6 +1,7 @@
 # cmake -DGEARBOX=path -DWORK_DIR=dir -P continuous_batching.cmake
 # Continuous batching in `gearbox generate`: 10 prompts of different lengths over an engine
 # of 4 KV-cache slots give, prompt for prompt, exactly the ids each gives alone (greedy).
+include(${CMAKE_CURRENT_LIST_DIR}/mini_engine.cmake)
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(prompts "2,17,300" "5" "9,8,7,6,5,4,3,2,1,0,11,12" "100,200" "42,43,44,45,46" "7,7,7,7" "1999,3"
             "2,500,501,502,503,504,505,506,507,508,509,510,511,512,513,514,515,516,517,518" "64" "3,1,4,1,5,9,2,6")
@@ -8,11 +9,7 @@ set(prompts "2,17,300" "5" "9,8,7,6,5,4,3,2,1,0,11,12" "100,200" "42,43,44,45,46
 # Builds an engine with the --profile flags given and checks it: the prompts together, then each alone.
 function(check_engine name)
   set(engine ${WORK_DIR}/${name}.gbx)
-  execute_process(COMMAND ${GEARBOX} build --mini -o ${engine} --max-seq 96 --device cpu ${ARGN}
-                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "build ${name} failed (${rc}):\n${out}${err}")
-  endif()
+  build_mini_engine(${engine} --max-seq 96 ${ARGN})
   set(file_text "")
   foreach(p IN LISTS prompts)
     string(APPEND file_text "${p}\n")
