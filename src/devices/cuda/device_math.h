@@ -81,6 +81,23 @@ __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   return v;
 }
 
+/// c[16 x 8] += a[16 x 16] b[16 x 8] on tensor cores (mma.sync, sm_80+), bf16 operands, f32
+/// accumulators, in the PTX ISA's fragment layouts for m16n8k16.
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// Two floats as bf16 (rounded to nearest even) in a 32-bit word, `lo` in the low half (the
+/// element an mma fragment takes first).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // lo in the low half
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 /// The GPU's %globaltimer, in ns (spins, traces and timeouts).
 __device__ __forceinline__ uint64_t global_ns() {
   uint64_t t;
