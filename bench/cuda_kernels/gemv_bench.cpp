@@ -58,6 +58,49 @@ void bench_gemv(const cuda::Launch& on) {
       }
     }
   }
+  // The tensor-core GEMV at the same linears, the lm_head at every row count: where it takes
+  // over from the SIMT GEMV (above) and from cuBLASLt (gemm group) as rows grow.
+  std::printf("\n== gemv_mma (tensor cores), bf16 weights, f32 x/y (bytes: weights + x + y) ==\n");
+  for (int64_t M : kernel_cases::kGemvMmaTimedRows) {
+    for (const Linear& l : timed_linears()) {
+      const int64_t w_bytes = l.N * l.K * 2;
+      const int copies = copies_for(w_bytes);
+      DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(M * l.K) * 4),
+          y(static_cast<size_t>(M * l.N) * 4);
+      fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 1);
+      fill_f32(x.as<float>(), M * l.K, 2);
+      const Timing t = time_launches(stream, copies, [&](int i) {
+        const cuda::GemvTarget<__nv_bfloat16> target{w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
+                                                     y.as<float>(), l.N};
+        CHECK(cuda::gemv_mma_multi(x.as<float>(), &target, 1, M, l.K, on));
+      });
+      const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
+      print("gemv_mma M=" + std::to_string(M) + " " + l.name + " " + std::to_string(l.N) + "x" + std::to_string(l.K), t,
+            bytes, 1e3, "GB/s");
+    }
+    // gate + up + GELU of the 1B (2 x 6912 x 1152), as a batched decode runs it.
+    const int64_t N = kernel_cases::kGemma3_1B.intermediate, K = kernel_cases::kGemma3_1B.hidden;
+    const int copies = copies_for(2 * N * K * 2);
+    DeviceMemory w(static_cast<size_t>(2 * N * K * 2) * copies), x(static_cast<size_t>(M * K) * 4),
+        y(static_cast<size_t>(M * N) * 4);
+    fill_bf16(w.as<__nv_bfloat16>(), 2 * N * K * copies, 3);
+    fill_f32(x.as<float>(), M * K, 4);
+    const auto gated = [&](bool mma) {
+      return time_launches(stream, copies, [&](int i) {
+        const __nv_bfloat16* gate = w.as<__nv_bfloat16>() + (i % copies) * 2 * N * K;
+        if (mma) {
+          CHECK(cuda::gemv_mma_gated(x.as<float>(), gate, gate + N * K, nullptr, nullptr,
+                                     cuda::GatedActivation::kGeluTanh, y.as<float>(), M, N, K, on));
+        } else {
+          CHECK(cuda::gemv_gated<__nv_bfloat16>(x.as<float>(), gate, gate + N * K, nullptr, nullptr,
+                                                cuda::GatedActivation::kGeluTanh, y.as<float>(), M, N, K, on));
+        }
+      });
+    };
+    const std::string shape = " M=" + std::to_string(M) + " N=6912 K=1152";
+    if (M <= cuda::kGemvMaxRows) print("gemv_gated" + shape, gated(false), 2.0 * N * K * 2, 1e3, "GB/s");
+    print("gemv_mma_gated" + shape, gated(true), 2.0 * N * K * 2, 1e3, "GB/s");
+  }
   // Fused launches of one decode layer: QKV (1024 + 256 + 256) and gate + up (2 x 6912), and
   // the gated form of the latter (gate + up + GELU, as decode runs it).
   const int64_t K = 1152;

@@ -359,5 +359,70 @@ TEST(Batch, TheDeviceGivesTheCpuDevicesLogits) {
   }
 }
 
+#ifdef GEARBOX_TEST_CUDA
+// Decode steps of up to 16 rows of a bf16 engine whose every linear in the decode profile
+// runs the tensor-core GEMV (gemv_mma; one n-tile of x up to 8 rows, two above), fed one
+// token a step: each row's logits are the CPU device's.
+TEST(Batch, TheTensorCoreGemvGivesTheCpuDevicesLogits) {
+  SKIP_WITHOUT_DEVICE();
+  constexpr int64_t kRows = 16;
+  const auto build = [] {
+    models::Gemma3Config c = testing::tiny_config();
+    c.dtype = DataType::kBF16;
+    models::DecoderDescription d = models::gemma3_description(c);
+    d.max_batch = kRows;
+    models::RandomWeights weights(7);
+    Result<models::BuiltModel> model = models::build_decoder(d, weights);
+    EXPECT_TRUE(model.ok()) << model.status().to_string();
+    return std::move(*model);
+  };
+  const InputProfileBounds rows{Dims{1, 1}, Dims{8, 1}, Dims{kRows, 1}};
+  const InputProfileBounds slots{Dims{1}, Dims{8}, Dims{kRows}};
+  const std::vector<format::ProfileDesc> profiles = {{"decode", {rows, rows, slots}}};
+  const models::BuiltModel model = build();
+  internal::BuildOptions options;
+  options.device = DeviceKind::kCuda;
+  options.repetitions = 1;
+  Result<format::EngineDesc> desc = internal::build_engine(model.network, profiles, model.payload, options);
+  ASSERT_TRUE(desc.ok()) << desc.status().to_string();
+  Result<std::shared_ptr<const internal::DeviceBackend>> device = internal::device_backend(DeviceKind::kCuda);
+  ASSERT_TRUE(device.ok());
+  int forced = 0;
+  for (size_t n = 0; n < model.network.nodes.size(); ++n) {
+    for (const internal::TacticInfo& t : (*device)->tactics(model.network.nodes[n])) {
+      if (std::string(t.name) != "gemv_mma") continue;
+      desc->tactic_tables[0].profiles[0].tactic_per_node[n] = t.id;
+      ++forced;
+    }
+  }
+  EXPECT_EQ(forced, 4 * 2 + 1) << "each layer's QKV, o, gate + up and down, and the lm_head";
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model.payload);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  EngineOptions load;
+  load.device = DeviceKind::kCuda;
+  Result<Engine> engine = Engine::load_buffer(*bytes, load);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const testing::TestEngine cpu = testing::engine_from_model(build(), profiles, DeviceKind::kCpu, 1);
+  Session here = new_session(*engine);
+  Session there = new_session(cpu.engine);
+  std::vector<int64_t> length(kRows, 0);
+  int64_t step = 0;
+  for (const int64_t batch : {16, 9, 3, 16, 1, 12, 16, 8}) {
+    std::vector<Row> call;
+    for (int64_t s = 0; s < batch; ++s) call.push_back({{decode_token(step, s)}, length[static_cast<size_t>(s)]++, s});
+    Result<std::vector<float>> got = run(here, call);
+    Result<std::vector<float>> want = run(there, call);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_TRUE(want.ok()) << want.status().to_string();
+    ASSERT_EQ(got->size(), want->size());
+    for (int64_t r = 0; r < batch; ++r) {
+      EXPECT_LE(max_abs_diff(std::span(got->data() + r * 97, 97), std::span(want->data() + r * 97, 97)), 1e-4f)
+          << "row " << r << " of a call of " << batch << ", step " << step;
+    }
+    ++step;
+  }
+}
+#endif
+
 }  // namespace
 }  // namespace gearbox

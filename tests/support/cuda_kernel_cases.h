@@ -69,14 +69,19 @@ std::span<const LinearCase> gemv_cases();
 /// The row counts the GEMV is checked and timed at.
 inline constexpr int64_t kGemvCheckedRows[] = {1, 3, 8};
 inline constexpr int64_t kGemvTimedRows[] = {1, 4, 8};
+/// The row counts the tensor-core GEMV (bf16 weights, K % 8 == 0 of the same cases) is
+/// checked at (one n-tile full and part-full, two) and timed at (the lm_head too).
+inline constexpr int64_t kGemvMmaCheckedRows[] = {1, 3, 8, 9, 16};
+inline constexpr int64_t kGemvMmaTimedRows[] = {1, 4, 8, 16};
 
 // ---- cuBLASLt GEMM --------------------------------------------------------------------------------
 
 /// The prefill GEMM's linears, checked at kGemmCheckedRows (odd and past a tile: 5, 127, 129,
-/// 300); the benchmark times the timed GEMV linears at kGemmTimedRows.
+/// 300); the benchmark times the timed GEMV linears at kGemmTimedRows (a batched decode's 8
+/// and 16 rows beside the tensor-core GEMV's, and prefill's).
 std::span<const LinearCase> gemm_cases();
 inline constexpr int64_t kGemmCheckedRows[] = {1, 5, 127, 129, 300};
-inline constexpr int64_t kGemmTimedRows[] = {128, 512};
+inline constexpr int64_t kGemmTimedRows[] = {8, 16, 128, 512};
 
 // ---- attention ------------------------------------------------------------------------------------
 

@@ -67,7 +67,7 @@ namespace {
 // output gets there: a GEMV storing into page-locked memory, other tactics with the copy.
 // 12: a GEMV chunk in fewer instructions, and 3 blocks an SM for geometries whose threads
 // hold 8 chunks (every geometry's time changes, r2u4's and r4u2's by up to a third).
-constexpr int kKernelsVersion = 12;
+constexpr int kKernelsVersion = 13;
 
 /// True when every linear of `net` has bf16 weights: a network whose products already take
 /// bf16 operands, where bf16 attention products lose nothing a user chose to keep (f16 keeps
@@ -208,6 +208,7 @@ class CudaBackend final : public DeviceBackend {
       case OpKind::kLinear: {
         std::vector<TacticInfo> linear = {{kLinearCublasLt, "cublaslt"},
                                           {kLinearGemv, "gemv"},
+                                          {kLinearGemvMma, "gemv_mma"},
                                           {kLinearCublasLtAlt + 1, "cublaslt_h1"},
                                           {kLinearCublasLtAlt + 2, "cublaslt_h2"},
                                           {kLinearCublasLtAlt + 3, "cublaslt_h3"},
@@ -256,6 +257,18 @@ class CudaBackend final : public DeviceBackend {
       case OpKind::kLinear: {
         const Dims& x = max_dims[static_cast<size_t>(node.inputs[0])];
         const bool gemv_k = x.rank() > 0 && x[x.rank() - 1] <= cuda::kGemvMaxK;  // the GEMV's longest row
+        if (tactic == kLinearGemvMma) {
+          // Every weight bf16 (a bias stays f32), rows of whole 16-byte chunks, and a profile
+          // of several rows: one row is the SIMT GEMV's, which also takes the norms before it
+          // and the q / k norms after it into its launches (dispatch_steps.cpp), which timing
+          // the linear alone does not see.
+          const int64_t rows = ir::row_count(x), k = x[x.rank() - 1];
+          const size_t weights = node.attrs.has_bias != 0 ? node.outputs.size() : node.weights.size();
+          for (size_t i = 0; i < weights; ++i) {
+            if (net.weights[static_cast<size_t>(node.weights[i])].dtype != DataType::kBF16) return false;
+          }
+          return rows >= 2 && cuda::gemv_mma_served(rows, k);
+        }
         if (tactic == kLinearGemv) return gemv_k && ir::row_count(x) <= cuda::kGemvMaxRows;
         if (is_gemv(tactic)) return gemv_k && ir::row_count(x) == 1;
         if (is_stacked(tactic)) return fusion_enabled() && stackable(net, node);
@@ -500,7 +513,7 @@ class CudaBackend final : public DeviceBackend {
         timing_host_ = std::move(*host);
         timing_host_bytes_ = host_bytes;
       }
-      if (is_gemv(tactic)) {
+      if (is_simt_gemv(tactic)) {
         tensors.assign(args.tensors.begin(), args.tensors.end());
         tensors[t] = timing_host_.get();
         run_args.tensors = tensors;
@@ -511,7 +524,7 @@ class CudaBackend final : public DeviceBackend {
     const auto enqueue_start = std::chrono::steady_clock::now();
     Status s = gated->applies() ? gated->run(net, w, tactic, run_args)
                                 : internal::run_node(net, w, node, tactic, run_args, launch_on(nullptr));
-    if (s.ok() && to_host >= 0 && !is_gemv(tactic)) {
+    if (s.ok() && to_host >= 0 && !is_simt_gemv(tactic)) {
       s = cuda_check(cudaMemcpyAsync(timing_host_.get(), args.tensors[static_cast<size_t>(to_host)],
                                      static_cast<size_t>(host_bytes), cudaMemcpyDeviceToHost, nullptr),
                      "cudaMemcpyAsync (timing a host output)");
@@ -591,7 +604,7 @@ bool writes_output_to_host(const ir::Network& net, std::span<const uint32_t> tac
   if (output >= net.outputs.size()) return false;
   const int32_t t = net.outputs[output];
   for (size_t n = 0; n < net.nodes.size() && n < tactics.size(); ++n) {
-    if (internal::host_bound_output(net, n) == t) return internal::is_gemv(tactics[n]);
+    if (internal::host_bound_output(net, n) == t) return internal::is_simt_gemv(tactics[n]);
   }
   return false;
 }

@@ -40,6 +40,9 @@ inline constexpr uint32_t kLinearGemv = 1;
 inline constexpr uint32_t kLinearCublasLt = lt::kCublasLt;        // cuBLASLt's first heuristic for the call's shape
 inline constexpr uint32_t kLinearCublasLtAlt = lt::kCublasLtAlt;  // + i: its i-th heuristic (i in [1, kAltAlgos])
 inline constexpr int kAltAlgos = lt::kAltAlgos;
+// The tensor-core GEMV (cuda::gemv_mma_multi, gemv_mma_gated): bf16 weights, up to
+// cuda::kGemvMmaMaxRows rows of whole 16-byte chunks.
+inline constexpr uint32_t kLinearGemvMma = 3;
 inline constexpr uint32_t kLinearGemvGeometry = 10;  // + i: gemv with cuda::kGemvGeometries[i], i >= 1 (M = 1 only)
 inline constexpr uint32_t kGemvGeometryCount = std::size(cuda::kGemvGeometries);
 // + i: one GEMM (cuBLASLt's i-th heuristic, i in [0, kAltAlgos]) over the stacked weights of
@@ -51,13 +54,19 @@ inline constexpr uint32_t kAttentionSplitKv = 1;
 inline constexpr uint32_t kAttentionTiled = 2;
 inline constexpr uint32_t kAttentionMma = 3;  // bf16 tensor cores: bf16 networks only
 
-/// Whether a linear's tactic is one of the GEMV kernels (kLinearGemv: the default geometry).
-inline bool is_gemv(uint32_t tactic) {
+/// Whether a linear's tactic is the SIMT GEMV (kLinearGemv: the default geometry), the kernel
+/// that also takes a norm input, progress slots and stores into host memory.
+inline bool is_simt_gemv(uint32_t tactic) {
   return tactic == kLinearGemv || (tactic > kLinearGemvGeometry && tactic < kLinearGemvGeometry + kGemvGeometryCount);
 }
+/// Whether a linear's tactic is one of the GEMV kernels, which read x and write y in f32 with
+/// no scratch: the SIMT GEMV or the tensor-core one (kLinearGemvMma).
+inline bool is_gemv(uint32_t tactic) { return is_simt_gemv(tactic) || tactic == kLinearGemvMma; }
 inline bool is_stacked(uint32_t tactic) { return lt::is_stacked(tactic); }
+/// The geometry of a SIMT GEMV tactic (the default for any other).
 inline cuda::GemvGeometry gemv_geometry(uint32_t tactic) {
-  return tactic == kLinearGemv ? cuda::kGemvDefaultGeometry : cuda::kGemvGeometries[tactic - kLinearGemvGeometry];
+  return is_simt_gemv(tactic) && tactic != kLinearGemv ? cuda::kGemvGeometries[tactic - kLinearGemvGeometry]
+                                                       : cuda::kGemvDefaultGeometry;
 }
 // Decode attention splits: up to 16 combine inside a thread-block cluster (sliding-window
 // layers; one launch, kernels/decode_attention.cuh), more (long global contexts) in a second kernel.

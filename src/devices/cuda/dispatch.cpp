@@ -184,6 +184,22 @@ Status run_linear_gemv(const Network& net, const CudaWeights& weights, size_t n,
   const size_t outs = o.node.outputs.size();
   const int64_t m = o.rows(), k = o.k();
   const auto* state = static_cast<const CudaContextState*>(a.context);
+  if (tactic == kLinearGemvMma) {
+    if (weights.type[o.wid(0)] != DataType::kBF16 || norm != nullptr) {
+      return internal_error("the tensor-core gemv takes bf16 weights and no norm input");
+    }
+    for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
+      cuda::GemvTarget<__nv_bfloat16> targets[cuda::kGemvMaxTargets];
+      const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
+      for (size_t t = 0; t < count; ++t) {
+        targets[t] = {static_cast<const __nv_bfloat16*>(weights.ptr[o.wid(first + t)]), o.bias(first + t),
+                      o.out(first + t), o.wdims(first + t)[0]};
+      }
+      GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::gemv_mma_multi(o.f(0), targets, static_cast<int>(count), m, k, launch),
+                                         "linear (tensor-core gemv)"));
+    }
+    return Status();
+  }
   return by_weight_type(weights.type[o.wid(0)], [&](auto w) -> Status {
     using W = decltype(w);
     const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};

@@ -115,7 +115,7 @@ bool head_norm_into_attention(const Network& net, const CudaWeights& weights, co
                               const Step* next, const NodeArgs& a, const std::vector<uint32_t>& tactics) {
   if (!step.feeds_attention || prev == nullptr || next == nullptr || prev->kind != Step::kSingle ||
       next->kind != Step::kSingle || tactics[next->nodes[0]] != kAttentionSplitKv ||
-      !is_gemv(tactics[prev->nodes[0]])) {
+      !is_simt_gemv(tactics[prev->nodes[0]])) {
     return false;
   }
   const Node& linear = net.nodes[prev->nodes[0]];
@@ -196,7 +196,7 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
     return std::nullopt;
   }
   const Node& linear = net.nodes[next->nodes[0]];
-  if (linear.kind != OpKind::kLinear || !is_gemv(tactics[next->nodes[0]]) ||
+  if (linear.kind != OpKind::kLinear || !is_simt_gemv(tactics[next->nodes[0]]) ||
       (next->kind == Step::kSingle && linear.outputs.size() > static_cast<size_t>(cuda::kGemvMaxTargets))) {
     return std::nullopt;
   }
@@ -254,6 +254,18 @@ Status run_gated_gemv(const Network& net, const CudaWeights& weights, const Step
     return linear.attrs.has_bias != 0 ? static_cast<const float*>(weights.ptr[wid(2 + o)]) : nullptr;
   };
   const cuda::GatedActivation activation = gated_activation(act);
+  if (tactic == kLinearGemvMma) {
+    if (weights.type[wid(0)] != DataType::kBF16 || norm != nullptr) {
+      return internal_error("the tensor-core gemv takes bf16 weights and no norm input");
+    }
+    return cuda_check(
+        cuda::gemv_mma_gated(static_cast<const float*>(a.tensors[static_cast<size_t>(linear.inputs[0])]),
+                             static_cast<const __nv_bfloat16*>(weights.ptr[wid(0)]),
+                             static_cast<const __nv_bfloat16*>(weights.ptr[wid(1)]), bias(0), bias(1), activation,
+                             static_cast<float*>(a.tensors[static_cast<size_t>(act.outputs[0])]), ir::row_count(x),
+                             net.weights[wid(0)].dims[0], x[x.rank() - 1], launch),
+        "linear + gated activation (fused tensor-core gemv)");
+  }
   return by_weight_type(weights.type[wid(0)], [&](auto tag) -> Status {
     using W = decltype(tag);
     const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};

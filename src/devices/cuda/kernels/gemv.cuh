@@ -127,4 +127,33 @@ cudaError_t gemv_gated(const float* x, const W* w_gate, const W* w_up, const flo
                        GemvGeometry geometry = kGemvDefaultGeometry, int64_t max_blocks = 0,
                        const GemvNormInput<W>* norm_input = nullptr);
 
+// ---- linear, a few rows on tensor cores (batched decode): bf16 W -----------------------------
+/// Rows of x one tensor-core launch serves: two n-tiles of 8 (gemv_mma.cu).
+inline constexpr int64_t kGemvMmaMaxRows = 16;
+
+/// Whether a tensor-core launch serves M rows of K: 1 <= M <= kGemvMmaMaxRows (M = 0 is a
+/// no-op) and rows of whole 16-byte chunks (K % 8 == 0, K <= kGemvMaxK). Its x and every
+/// weight must also be 16-byte aligned.
+constexpr bool gemv_mma_served(int64_t M, int64_t K) {
+  return M >= 0 && M <= kGemvMmaMaxRows && K >= 0 && K <= kGemvMaxK && K % 8 == 0;
+}
+
+/// gemv_multi on tensor cores (mma.sync m16n8k16): W streams once as gemv's does, and each of
+/// its 16-row tiles multiplies all M rows of x at once, so M rows cost about what one row
+/// costs where the GEMV's M * R accumulators a thread make it compute-bound. x stays f32 in
+/// effect: each element is split into two bf16 terms, x = hi + lo, and W is multiplied by both
+/// (x is represented within 2^-17 of itself, so a row's result is within about 2^-16 sum |x w|
+/// of the f32 product: a batch row and its sequence alone agree as closely as the GEMV's
+/// two summation orders do). f32 accumulation. Limits: gemv_mma_served(M, K), count in
+/// [1, kGemvMaxTargets], x and every w 16-byte aligned; else cudaErrorInvalidValue.
+cudaError_t gemv_mma_multi(const float* x, const GemvTarget<__nv_bfloat16>* targets, int count, int64_t M, int64_t K,
+                           const Launch& launch);
+
+/// gemv_gated on tensor cores: y[M, N] = act(x W_gate^T + b_gate) * (x W_up^T + b_up), each
+/// block multiplying 16 gate rows and the same 16 up rows. Limits as gemv_mma_multi's; y must
+/// not alias x.
+cudaError_t gemv_mma_gated(const float* x, const __nv_bfloat16* w_gate, const __nv_bfloat16* w_up,
+                           const float* bias_gate, const float* bias_up, GatedActivation activation, float* y,
+                           int64_t M, int64_t N, int64_t K, const Launch& launch);
+
 }  // namespace gearbox::cuda
