@@ -108,16 +108,17 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
   std::vector<int64_t> prompt(static_cast<size_t>(plan.prompt));
   for (int64_t i = 0; i < plan.prompt; ++i) prompt[static_cast<size_t>(i)] = token_id(0, i, vocab);
   Tensor logits;
-  // A call's logits must be [rows, 1, vocab] and finite.
-  auto check = [&](int64_t rows, const std::string& what) {
+  // A call's logits must be [rows, 1, vocab] and, where the host can read them (x not null),
+  // finite.
+  auto check_logits = [&](const float* x, const Dims& dims, int64_t rows, const std::string& what) {
     ++checked_calls;
     if (!problem.empty()) return;
-    if (!(logits.dims == Dims{rows, 1, vocab})) {
-      problem = what + " returned logits " + logits.dims.to_string() + ", not [" + std::to_string(rows) + ", 1, " +
+    if (!(dims == Dims{rows, 1, vocab})) {
+      problem = what + " returned logits " + dims.to_string() + ", not [" + std::to_string(rows) + ", 1, " +
                 std::to_string(vocab) + "]";
       return;
     }
-    const float* x = logits.data<float>();
+    if (x == nullptr) return;
     for (int64_t i = 0; i < rows * vocab; ++i) {
       if (!std::isfinite(x[i])) {
         problem = "logit " + std::to_string(i % vocab) + " of row " + std::to_string(i / vocab) + " of " + what +
@@ -125,6 +126,9 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
         return;
       }
     }
+  };
+  auto check = [&](int64_t rows, const std::string& what) {
+    check_logits(logits.data<float>(), logits.dims, rows, what);
   };
   struct Measured {
     int64_t batch;
@@ -164,7 +168,7 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
     const TensorView in[3] = {{tokens.data(), DataType::kI64, Dims{b, 1}},
                               {positions.data(), DataType::kI64, Dims{b, 1}},
                               {slots.data(), DataType::kI64, Dims{b}}};
-    int64_t step = 0;  // over both passes: each step's tokens differ
+    int64_t step = 0;  // over the three passes: each step's tokens differ
     enum class Logits { kTensor, kPinned, kDevice };
     auto timed_steps = [&](Logits into) -> Result<Stats> {
       std::vector<double> ms;
@@ -193,10 +197,8 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
         if (into == Logits::kTensor) {
           check(b, what);
         } else {
-          ++checked_calls;
-          if (problem.empty() && !(view.dims == Dims{b, 1, vocab})) {
-            problem = what + " returned logits " + view.dims.to_string();
-          }
+          check_logits(into == Logits::kPinned ? static_cast<const float*>(pinned_memory->data()) : nullptr, view.dims,
+                       b, what);
         }
         const int32_t ran = session.active_profile();
         if (ran != profile && problem.empty()) {
