@@ -26,6 +26,10 @@
 //   ahead of the predecessor.
 // - allow_next_kernel() may come anywhere: the next kernel still waits for this one to
 //   finish before it touches what this one writes.
+// - ptxas may move a read-only load (__ldg, ld.global.nc) above griddepcontrol.wait, since it
+//   takes the memory for unchanging while the kernel runs: what the kernels before wrote is
+//   safest read with plain loads. Where a kernel reads it with __ldg, its machine code must
+//   show no such load before the wait (`cuobjdump -sass`: ACQBULK is the wait).
 // The caller decides whether PDL is used (the CUDA backend: GEARBOX_CUDA_PDL); it takes
 // effect only where the sm_90 machine code runs (DeviceLimits::hopper_code_runs: the
 // compute_80 PTX that other GPUs compile has no waits, so they launch plainly) and not on
