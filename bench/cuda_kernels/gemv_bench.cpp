@@ -34,27 +34,43 @@ namespace gearbox::kernel_bench {
 
 // ---- gemv -------------------------------------------------------------------------------------
 
+/// One timed linear's operands: `copies` of its bf16 weights (so that the timed launches
+/// stream them from DRAM), x [M, K] and y [M, N], filled.
+struct LinearOperands {
+  int64_t M, N, K;
+  int copies;
+  DeviceMemory w, x, y;
+  LinearOperands(int64_t m, const Linear& l)
+      : M(m),
+        N(l.N),
+        K(l.K),
+        copies(copies_for(l.N * l.K * 2)),
+        w(static_cast<size_t>(l.N * l.K * 2) * copies),
+        x(static_cast<size_t>(m * l.K) * 4),
+        y(static_cast<size_t>(m * l.N) * 4) {
+    fill_bf16(w.as<__nv_bfloat16>(), N * K * copies, 1);
+    fill_f32(x.as<float>(), M * K, 2);
+  }
+  /// Launch i's copy of the weights.
+  const __nv_bfloat16* weights(int i) const { return w.as<__nv_bfloat16>() + (i % copies) * N * K; }
+  /// The bytes a launch moves: weights, x and y.
+  double bytes() const { return static_cast<double>(N * K * 2 + M * K * 4 + M * N * 4); }
+};
+
 void bench_gemv(const cuda::Launch& on) {
   const cudaStream_t stream = on.stream;
   std::printf("\n== gemv, bf16 weights, f32 x/y (bytes: weights + x + y), per geometry (rows, unroll) ==\n");
   for (int64_t M : kernel_cases::kGemvTimedRows) {
     for (const Linear& l : timed_linears()) {
       if (M > 1 && l.N == kernel_cases::kGemma3_1B.vocab) continue;  // lm_head at M = 1 only
-      const int64_t w_bytes = l.N * l.K * 2;
-      const int copies = copies_for(w_bytes);
-      DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(M * l.K) * 4),
-          y(static_cast<size_t>(M * l.N) * 4);
-      fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 1);
-      fill_f32(x.as<float>(), M * l.K, 2);
+      const LinearOperands o(M, l);
       for (const cuda::GemvGeometry g : geometries(M)) {
-        const Timing t = time_launches(stream, copies, [&](int i) {
-          CHECK(cuda::gemv<__nv_bfloat16>(x.as<float>(), w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
-                                          y.as<float>(), M, l.N, l.K, on, g));
+        const Timing t = time_launches(stream, o.copies, [&](int i) {
+          CHECK(cuda::gemv<__nv_bfloat16>(o.x.as<float>(), o.weights(i), nullptr, o.y.as<float>(), M, l.N, l.K, on, g));
         });
-        const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
         print("gemv M=" + std::to_string(M) + " " + geometry_name(g) + " " + l.name + " " + std::to_string(l.N) + "x" +
                   std::to_string(l.K),
-              t, bytes, 1e3, "GB/s");
+              t, o.bytes(), 1e3, "GB/s");
       }
     }
   }
@@ -63,20 +79,13 @@ void bench_gemv(const cuda::Launch& on) {
   std::printf("\n== gemv_mma (tensor cores), bf16 weights, f32 x/y (bytes: weights + x + y) ==\n");
   for (int64_t M : kernel_cases::kGemvMmaTimedRows) {
     for (const Linear& l : timed_linears()) {
-      const int64_t w_bytes = l.N * l.K * 2;
-      const int copies = copies_for(w_bytes);
-      DeviceMemory w(static_cast<size_t>(w_bytes) * copies), x(static_cast<size_t>(M * l.K) * 4),
-          y(static_cast<size_t>(M * l.N) * 4);
-      fill_bf16(w.as<__nv_bfloat16>(), l.N * l.K * copies, 1);
-      fill_f32(x.as<float>(), M * l.K, 2);
-      const Timing t = time_launches(stream, copies, [&](int i) {
-        const cuda::GemvTarget<__nv_bfloat16> target{w.as<__nv_bfloat16>() + (i % copies) * l.N * l.K, nullptr,
-                                                     y.as<float>(), l.N};
-        CHECK(cuda::gemv_mma_multi(x.as<float>(), &target, 1, M, l.K, on));
+      const LinearOperands o(M, l);
+      const Timing t = time_launches(stream, o.copies, [&](int i) {
+        const cuda::GemvTarget<__nv_bfloat16> target{o.weights(i), nullptr, o.y.as<float>(), l.N};
+        CHECK(cuda::gemv_mma_multi(o.x.as<float>(), &target, 1, M, l.K, on));
       });
-      const double bytes = static_cast<double>(w_bytes + M * l.K * 4 + M * l.N * 4);
       print("gemv_mma M=" + std::to_string(M) + " " + l.name + " " + std::to_string(l.N) + "x" + std::to_string(l.K), t,
-            bytes, 1e3, "GB/s");
+            o.bytes(), 1e3, "GB/s");
     }
     // gate + up + GELU of the 1B (2 x 6912 x 1152), as a batched decode runs it.
     const int64_t N = kernel_cases::kGemma3_1B.intermediate, K = kernel_cases::kGemma3_1B.hidden;
