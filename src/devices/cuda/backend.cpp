@@ -67,6 +67,7 @@ namespace {
 // output gets there: a GEMV storing into page-locked memory, other tactics with the copy.
 // 12: a GEMV chunk in fewer instructions, and 3 blocks an SM for geometries whose threads
 // hold 8 chunks (every geometry's time changes, r2u4's and r4u2's by up to a third).
+// 13: the tensor-core GEMV for linears of 2 to 16 rows (tactic kLinearGemvMma).
 constexpr int kKernelsVersion = 13;
 
 /// True when every linear of `net` has bf16 weights: a network whose products already take
