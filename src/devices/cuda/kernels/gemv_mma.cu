@@ -21,11 +21,10 @@
 //   memory, no ldmatrix. Which logical column of the mma each element is does not matter as
 //   long as A and B agree, and with this order both fragments are those 16-byte loads as
 //   they come (see mma_columns below). A row of W is read as 64-byte runs, whole sectors.
-// - A warp issues U chunks' loads (ld.global.nc for W, not kept in L1) before its first mma;
-//   the first U chunks of W go out before the kernel waits for its predecessor (programmatic
-//   dependent launch, launch.h), x after. (Reloading each slot as soon as it is multiplied,
-//   and splitting a narrow W's K over a thread-block cluster, were both slower:
-//   docs/decisions/0028-tensor-core-gemv.md.)
+// - A warp issues U chunks' loads (ld.global.nc for W, not kept in L1) before its first mma.
+//   The source issues the first U chunks of W before the kernel waits for its predecessor
+//   (programmatic dependent launch, launch.h) and x after; ptxas places the W loads after
+//   the wait too, so they do not overlap the kernel before (decision 0028).
 // - x is f32 in effect (gemv.cuh): x = hi + lo in bf16, two mmas per tile.
 // - Rows of a unit past N load its first row and are not stored; rows of x past M and
 //   columns past K are zeros; K % 8 == 0 (gemv_mma_served) so a 16-byte load is all in or
