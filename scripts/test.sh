@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Every test and check, as CI runs them (CI runs exactly this script):
-#   1. formatting (clang-format), static analysis (clang-tidy), API docs (Doxygen, warnings fail)
-#   2. ASan + UBSan build with clang: all tests, then each libFuzzer target for a bounded time
-#   3. TSan build with clang: all tests
-#   4. the regular build (gcc, CUDA when nvcc is found): all tests; GPU tests skip without a GPU
+#   1. the regular build (gcc, CUDA when nvcc is found), formatting (clang-format), static
+#      analysis (clang-tidy), API docs (Doxygen, warnings fail)
+#   2. the regular build's tests; GPU tests skip without a GPU
+#   3. ASan + UBSan build with clang: all tests, then each libFuzzer target for a bounded time
+#   4. TSan build with clang: all tests
 #   5. install, the CPack tarball, and the examples built from the installed tree (not the
-#      source tree) and run on the mini .pte that step 4's export test wrote
+#      source tree) and run on the mini .pte that step 2's export test wrote
+# The sanitized builds run the delegate's tests on the programs step 2 exported
+# (GEARBOX_TEST_PROGRAMS_FROM): exporting is uninstrumented Python, the same in every build.
 # Set GEARBOX_FUZZ_SECONDS to change the fuzzing time per target (default 30).
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 cd "$GEARBOX_ROOT"
+# Each stage's header says when it starts, so a slow stage shows in the log.
+step() { printf '\n==== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
+
+step "setup"
 scripts/setup.sh
 et_prefix=$(executorch_prefix)
 fuzz_seconds=${GEARBOX_FUZZ_SECONDS:-30}
 sources=$(git ls-files --cached --others --exclude-standard 'include/*.h' 'src/*.h' 'src/*.cpp' 'src/*.cu' 'tools/*.h' 'tools/*.cpp' 'tests/*.h' \
   'tests/*.cpp' 'fuzz/*.cpp' 'examples/*.cpp' 'bench/*.cpp')
-
-step() { printf '\n==== %s\n' "$*"; }
 
 step "regular build (gcc)"
 cmake -S . -B build/ci -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_PREFIX_PATH="$et_prefix" >/dev/null
@@ -39,12 +44,17 @@ fi
 step "doxygen"
 rm -rf build/docs && mkdir -p build/docs && doxygen docs/Doxyfile
 
+step "all tests (regular build)"
+ctest --test-dir build/ci -j "$(jobs)" --output-on-failure
+programs=$GEARBOX_ROOT/build/ci/tests/executorch/programs
+
 step "ASan + UBSan (clang) and fuzzers"
 # The delegate runs too (ExecuTorch's libraries are not instrumented, gearbox's are); the
 # Python-runtime test is left to the regular build (a sanitized library cannot be loaded
 # into an uninstrumented Python).
 cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
-  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON >/dev/null
+  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=address,undefined -DGEARBOX_BUILD_FUZZERS=ON \
+  -DGEARBOX_TEST_PROGRAMS_FROM="$programs" >/dev/null
 cmake --build build/asan -j "$(jobs)"
 ctest --test-dir build/asan -j "$(jobs)" --output-on-failure -LE compile_fail -E executorch.python_runtime
 # The tokenizer fuzzer starts from the tokenizer.json fixtures (a u16 length, the JSON, a text).
@@ -70,12 +80,9 @@ done
 
 step "TSan (clang)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
-  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=thread >/dev/null
+  -DCMAKE_PREFIX_PATH="$et_prefix" -DGEARBOX_SANITIZE=thread -DGEARBOX_TEST_PROGRAMS_FROM="$programs" >/dev/null
 cmake --build build/tsan -j "$(jobs)"
 ctest --test-dir build/tsan -j "$(jobs)" --output-on-failure -LE compile_fail -E executorch.python_runtime
-
-step "all tests (regular build)"
-ctest --test-dir build/ci -j "$(jobs)" --output-on-failure
 
 step "install, package, examples from the installed tree"
 rm -rf build/install build/examples
@@ -87,3 +94,4 @@ cmake --build build/examples -j "$(jobs)"
 pte=build/ci/tests/executorch/programs/mini.pte
 GEARBOX_DEVICE=cpu build/examples/multi_profile_main "$pte"
 GEARBOX_DEVICE=cpu build/examples/multi_profile_benchmark "$pte" --prompt-len 16 --decode-steps 8 --rounds 3 --warmup 1
+step "done"
