@@ -2,8 +2,9 @@
 # `gearbox bench --json` escapes the strings it writes: a mini engine whose one-token profile
 # is named de"co\de is benched, and its JSON read back with CMake's parser must give the
 # name unchanged, with bench's keys and types. Its prefill at distinct lengths takes the
-# default 40 of [16, 64] (16, the --prefill length and --context, left out); a second run
-# asks for more lengths than the range holds and gets all 48, and a third skips them.
+# default 40 of [16, 64] (16, the --prefill length and --context, left out). An engine whose
+# prefill ends at 24 is asked for more lengths than its range holds and runs all 8, then
+# none when asked for none.
 set(name [[de"co\de]])
 file(MAKE_DIRECTORY ${WORK_DIR})
 set(engine ${WORK_DIR}/escapes.gbx)
@@ -68,11 +69,18 @@ if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
 endif()
 message("${doc}")
 
-foreach(count_n 100:48 0:0)
+set(short_engine ${WORK_DIR}/short.gbx)
+execute_process(COMMAND ${GEARBOX} build --mini -o ${short_engine} --max-seq 64 --device cpu
+                        --profile decode:1:1:1 --profile prefill:1:16:24
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "build (prefill to 24): exit code ${rc}\n${out}${err}")
+endif()
+foreach(count_n 100:8 0:0)
   string(REPLACE ":" ";" pair ${count_n})
   list(GET pair 0 count)
   list(GET pair 1 want)
-  execute_process(COMMAND ${GEARBOX} bench ${engine} --context 16 --steps 2 --prefill 16 --rounds 1
+  execute_process(COMMAND ${GEARBOX} bench ${short_engine} --context 16 --steps 2 --prefill 16 --rounds 1
                           --round-decodes 2 --distinct-lengths ${count} --json ${json} --device cpu
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
