@@ -396,11 +396,7 @@ TEST(Batch, TheTensorCoreGemvGivesTheCpuDevicesLogits) {
     }
   }
   EXPECT_EQ(forced, 4 * 2 + 1) << "each layer's QKV, o, gate + up and down, and the lm_head";
-  Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, model.payload);
-  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
-  EngineOptions load;
-  load.device = DeviceKind::kCuda;
-  Result<Engine> engine = Engine::load_buffer(*bytes, load);
+  Result<Engine> engine = testing::load_engine(*desc, model.payload, DeviceKind::kCuda);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const testing::TestEngine cpu = testing::engine_from_model(build(), profiles, DeviceKind::kCpu, 1);
   Session here = new_session(*engine);

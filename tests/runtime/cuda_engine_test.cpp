@@ -63,15 +63,6 @@ uint32_t tactic_id(const internal::DeviceBackend& device, const ir::Node& node, 
   return 0;
 }
 
-/// `desc` (tactics possibly forced) with `payload`, serialized and loaded on the CUDA device.
-Result<Engine> load_on_cuda(const format::EngineDesc& desc, std::span<const uint8_t> payload) {
-  Result<std::vector<uint8_t>> bytes = format::serialize_engine(desc, payload);
-  if (!bytes.ok()) return bytes.status();
-  EngineOptions load;
-  load.device = DeviceKind::kCuda;
-  return Engine::load_buffer(*bytes, load);
-}
-
 /// The debug log lines written while f() runs.
 template <typename F>
 std::vector<std::string> debug_lines(F&& f) {
@@ -179,7 +170,7 @@ TEST(CudaEngine, StackedAndPerOutputLinearsMatchTheCpu) {
         ++stacked;
       }
       EXPECT_EQ(stacked, 2 * c.layers) << "each layer's QKV and gate+up linears have stacked weights";
-      Result<Engine> engine = load_on_cuda(forced, model->payload);
+      Result<Engine> engine = testing::load_engine(forced, model->payload, DeviceKind::kCuda);
       ASSERT_TRUE(engine.ok()) << engine.status().to_string();
       Result<Session> gpu = Session::create(*engine);
       ASSERT_TRUE(gpu.ok());
@@ -301,7 +292,7 @@ TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
     SCOPED_TRACE(forced ? "every bucket forced to another heuristic" : "as tuned");
     Result<format::EngineDesc> built = internal::build_engine(net, profiles, model->payload, options);
     ASSERT_TRUE(built.ok());
-    Result<Engine> engine = load_on_cuda(forced ? *desc : *built, model->payload);
+    Result<Engine> engine = testing::load_engine(forced ? *desc : *built, model->payload, DeviceKind::kCuda);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     for (int64_t T : {2, 9, 16, 17, 40, 100, 129, 300}) {
       std::vector<int64_t> ids;
@@ -536,7 +527,7 @@ void check_host_logits_routes(int64_t vocab) {
     for (format::ProfileTactics& p : forced.tactic_tables[0].profiles)
       p.tactic_per_node[head] = tactic_id(dev, net.nodes[head], linear);
     EXPECT_EQ(cuda::writes_output_to_host(net, forced.tactic_tables[0].profiles[0].tactic_per_node, 0), by_kernels);
-    Result<Engine> engine = load_on_cuda(forced, model->payload);
+    Result<Engine> engine = testing::load_engine(forced, model->payload, DeviceKind::kCuda);
     ASSERT_TRUE(engine.ok()) << engine.status().to_string();
     // Two page-locked buffers, each with a guard float on both sides of the view.
     Result<HostMemory> locked[2] = {engine->allocate_host((c.vocab + 2) * 4), engine->allocate_host((c.vocab + 2) * 4)};

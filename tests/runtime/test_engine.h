@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <span>
 #include <vector>
 
 #include "builder/builder.h"
@@ -44,6 +45,15 @@ struct TestEngine {
   std::vector<uint8_t> bytes;  // the engine file image
   Engine engine{nullptr};
 };
+
+/// `desc` (its tactics possibly forced) with `payload`, serialized and loaded on `device`.
+inline Result<Engine> load_engine(const format::EngineDesc& desc, std::span<const uint8_t> payload, DeviceKind device) {
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(desc, payload);
+  if (!bytes.ok()) return bytes.status();
+  EngineOptions load;
+  load.device = device;
+  return Engine::load_buffer(*bytes, load);
+}
 
 /// An engine of `model` for `profiles`, tuned on `device` (`repetitions` timed runs a tactic),
 /// serialized and loaded back.

@@ -177,31 +177,53 @@ inline ::testing::AssertionResult all_nan(const std::string& what, const std::ve
 /// element, about 10 standard deviations of the rounding walk of two summation orders.
 inline constexpr double kReductionSlack = 2.5e-7;
 
+/// The allowance for each [m, n] of x [M, K] * w [N, K]^T: (kReductionSlack + extra) of
+/// sum_k |x w| (extra: a kernel's own relative error, as mma_extra_slack's) and 1e-6.
 inline std::vector<double> reduction_slack(const std::vector<float>& x, const std::vector<float>& w, int64_t M,
-                                           int64_t N, int64_t K) {
+                                           int64_t N, int64_t K, double extra = 0.0) {
   std::vector<double> slack(static_cast<size_t>(M * N));
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
       double s = 0;
       for (int64_t k = 0; k < K; ++k) s += std::abs(static_cast<double>(x[m * K + k]) * w[n * K + k]);
-      slack[m * N + n] = kReductionSlack * s + 1e-6;
+      slack[m * N + n] = (kReductionSlack + extra) * s + 1e-6;
     }
   }
   return slack;
 }
 
+/// The tensor-core GEMV's relative error beyond another summation order (reduction_slack's
+/// extra): x is carried as two bf16 terms (within 2^-17 of x), and the tensor cores' f32
+/// accumulation may truncate rather than round each time a tile's products are added (at most
+/// 2^-23 of the running sum, twice a 16-column step: hi and lo).
+inline double mma_extra_slack(int64_t K) {
+  return std::ldexp(1.0, -17) + std::ldexp(1.0, -23) * 2.0 * static_cast<double>((K + 15) / 16);
+}
+
 /// Allowance for act(gate) * up where gate and up are x * wg^T and x * wu^T [M, N]: the two
-/// reductions' allowances carried through the product (|act'| <= 1.13).
+/// reductions' allowances (reduction_slack with `extra`) carried through the product
+/// (|act'| <= 1.13).
 inline std::vector<double> gated_slack(const std::vector<float>& x, const std::vector<float>& wg,
                                        const std::vector<float>& wu, const std::vector<float>& gate,
-                                       const std::vector<float>& up, int64_t M, int64_t N, int64_t K) {
-  const std::vector<double> sg = reduction_slack(x, wg, M, N, K);
-  const std::vector<double> su = reduction_slack(x, wu, M, N, K);
+                                       const std::vector<float>& up, int64_t M, int64_t N, int64_t K,
+                                       double extra = 0.0) {
+  const std::vector<double> sg = reduction_slack(x, wg, M, N, K, extra);
+  const std::vector<double> su = reduction_slack(x, wu, M, N, K, extra);
   std::vector<double> slack(sg.size());
   for (size_t i = 0; i < slack.size(); ++i) {
     slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
   }
   return slack;
+}
+
+/// y[M, N] = x w^T (+ b) on the CPU for any M: cpu::linear_small_m over runs of at most its
+/// kSmallMMaxRows rows.
+inline void cpu_linear(const std::vector<float>& x, const std::vector<float>& w, const float* bias, float* y, int64_t M,
+                       int64_t N, int64_t K) {
+  for (int64_t m0 = 0; m0 < M; m0 += cpu::kSmallMMaxRows) {
+    const int64_t rows = std::min<int64_t>(cpu::kSmallMMaxRows, M - m0);
+    cpu::linear_small_m(x.data() + m0 * K, w.data(), bias, y + m0 * N, rows, N, K);
+  }
 }
 
 // ---- data ------------------------------------------------------------------------------------------

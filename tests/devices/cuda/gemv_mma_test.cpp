@@ -11,39 +11,10 @@ namespace {
 using namespace cuda_test;  // NOLINT(google-build-using-namespace)
 using Bf16 = __nv_bfloat16;
 
-/// Allowance for the tensor-core product against the f32 one: x is carried as two bf16 terms
-/// (within 2^-17 of x, so 2^-17 sum |x w|), and the tensor cores' f32 accumulation may
-/// truncate rather than round each time a tile's products are added (at most 2^-23 of the
-/// running sum, twice a 16-column step: hi and lo), on top of reduction_slack's other
-/// summation order.
+/// Allowance for the tensor-core product against the f32 one (mma_extra_slack).
 std::vector<double> mma_slack(const std::vector<float>& x, const std::vector<float>& w, int64_t M, int64_t N,
                               int64_t K) {
-  std::vector<double> slack = reduction_slack(x, w, M, N, K);
-  const double per_sum = std::ldexp(1.0, -17) + std::ldexp(1.0, -23) * 2.0 * static_cast<double>((K + 15) / 16);
-  for (double& s : slack) s += per_sum * (s - 1e-6) / kReductionSlack;
-  return slack;
-}
-
-/// act(gate) * up with gate and up on tensor cores: gated_slack with mma_slack's reductions.
-std::vector<double> mma_gated_slack(const std::vector<float>& x, const std::vector<float>& wg,
-                                    const std::vector<float>& wu, const std::vector<float>& gate,
-                                    const std::vector<float>& up, int64_t M, int64_t N, int64_t K) {
-  const std::vector<double> sg = mma_slack(x, wg, M, N, K), su = mma_slack(x, wu, M, N, K);
-  std::vector<double> slack(sg.size());
-  for (size_t i = 0; i < slack.size(); ++i) {
-    slack[i] = 1.2 * (sg[i] * (std::abs(up[i]) + su[i]) + su[i] * std::abs(gate[i]));
-  }
-  return slack;
-}
-
-/// y[M, N] = x w^T (+ b) on the CPU for any M: cpu::linear_small_m over runs of at most its
-/// kSmallMMaxRows rows.
-void cpu_linear(const std::vector<float>& x, const std::vector<float>& w, const float* bias, float* y, int64_t M,
-                int64_t N, int64_t K) {
-  for (int64_t m0 = 0; m0 < M; m0 += cpu::kSmallMMaxRows) {
-    const int64_t rows = std::min<int64_t>(cpu::kSmallMMaxRows, M - m0);
-    cpu::linear_small_m(x.data() + m0 * K, w.data(), bias, y + m0 * N, rows, N, K);
-  }
+  return reduction_slack(x, w, M, N, K, mma_extra_slack(K));
 }
 
 /// The table's checked GEMV shapes the tensor-core kernel serves (K % 8 == 0) and those it
@@ -144,7 +115,8 @@ void check_gated(const cuda::Launch& launch, const GatedCase& c, cuda::GatedActi
   const std::string what = std::string("gemv_mma_gated") +
                            (act == cuda::GatedActivation::kGeluTanh ? " gelu " : " silu ") +
                            shape({{"M", c.M}, {"N", c.N}, {"K", c.K}, {"bias", c.bias}});
-  EXPECT_TRUE(close(what, y.download(), want, {}, mma_gated_slack(x, wg.rounded, wu.rounded, gate, up, c.M, c.N, c.K)));
+  EXPECT_TRUE(close(what, y.download(), want, {},
+                    gated_slack(x, wg.rounded, wu.rounded, gate, up, c.M, c.N, c.K, mma_extra_slack(c.K))));
   EXPECT_TRUE(y.guard_intact()) << what;
 }
 
