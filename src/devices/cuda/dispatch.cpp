@@ -1,6 +1,7 @@
 #include "devices/cuda/dispatch.h"
 
 #include <algorithm>
+#include <type_traits>
 
 #include "devices/cuda/kernels/decode_attention.cuh"
 #include "devices/cuda/kernels/elementwise.cuh"
@@ -184,28 +185,18 @@ Status run_linear_gemv(const Network& net, const CudaWeights& weights, size_t n,
   const size_t outs = o.node.outputs.size();
   const int64_t m = o.rows(), k = o.k();
   const auto* state = static_cast<const CudaContextState*>(a.context);
-  if (tactic == kLinearGemvMma) {
-    if (weights.type[o.wid(0)] != DataType::kBF16 || norm != nullptr) {
-      return internal_error("the tensor-core gemv takes bf16 weights and no norm input");
-    }
-    for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
-      cuda::GemvTarget<__nv_bfloat16> targets[cuda::kGemvMaxTargets];
-      const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
-      for (size_t t = 0; t < count; ++t) {
-        targets[t] = {static_cast<const __nv_bfloat16*>(weights.ptr[o.wid(first + t)]), o.bias(first + t),
-                      o.out(first + t), o.wdims(first + t)[0]};
-      }
-      GEARBOX_RETURN_IF_ERROR(cuda_check(cuda::gemv_mma_multi(o.f(0), targets, static_cast<int>(count), m, k, launch),
-                                         "linear (tensor-core gemv)"));
-    }
-    return Status();
+  const bool mma = tactic == kLinearGemvMma;
+  if (mma && (weights.type[o.wid(0)] != DataType::kBF16 || norm != nullptr)) {
+    return internal_error("the tensor-core gemv takes bf16 weights and no norm input");
   }
+  const char* what = norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)"
+                                     : (mma ? "linear (tensor-core gemv)" : "linear (gemv)");
   return by_weight_type(weights.type[o.wid(0)], [&](auto w) -> Status {
     using W = decltype(w);
     const cuda::GemvNormInput<W> norm_input = norm != nullptr ? typed<W>(*norm) : cuda::GemvNormInput<W>{};
     // A host output the host copies on as it lands (host_outputs.h).
     const cuda::GemvProgress progress =
-        outs == 1 ? output_progress(net, state, o.node.outputs[0]) : cuda::GemvProgress{};
+        outs == 1 && !mma ? output_progress(net, state, o.node.outputs[0]) : cuda::GemvProgress{};
     for (size_t first = 0; first < outs; first += cuda::kGemvMaxTargets) {
       cuda::GemvTarget<W> targets[cuda::kGemvMaxTargets];
       const size_t count = std::min<size_t>(cuda::kGemvMaxTargets, outs - first);
@@ -213,10 +204,17 @@ Status run_linear_gemv(const Network& net, const CudaWeights& weights, size_t n,
         targets[t] = {static_cast<const W*>(weights.ptr[o.wid(first + t)]), o.bias(first + t), o.out(first + t),
                       o.wdims(first + t)[0]};
       }
+      if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+        if (mma) {
+          GEARBOX_RETURN_IF_ERROR(
+              cuda_check(cuda::gemv_mma_multi(o.f(0), targets, static_cast<int>(count), m, k, launch), what));
+          continue;
+        }
+      }
       GEARBOX_RETURN_IF_ERROR(
           cuda_check(cuda::gemv_multi<W>(o.f(0), targets, static_cast<int>(count), m, k, launch, gemv_geometry(tactic),
                                          0, norm != nullptr ? &norm_input : nullptr, progress),
-                     norm != nullptr ? "rms_norm + add + rms_norm + linear (fused gemv)" : "linear (gemv)"));
+                     what));
     }
     return Status();
   });
