@@ -69,13 +69,9 @@ if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
 endif()
 message("${doc}")
 
+include(${CMAKE_CURRENT_LIST_DIR}/mini_engine.cmake)
 set(short_engine ${WORK_DIR}/short.gbx)
-execute_process(COMMAND ${GEARBOX} build --mini -o ${short_engine} --max-seq 64 --device cpu
-                        --profile decode:1:1:1 --profile prefill:1:16:24
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "build (prefill to 24): exit code ${rc}\n${out}${err}")
-endif()
+build_mini_engine(${short_engine} --max-seq 64 --profile decode:1:1:1 --profile prefill:1:16:24)
 foreach(count_n 100:8 0:0)
   string(REPLACE ":" ";" pair ${count_n})
   list(GET pair 0 count)
