@@ -389,11 +389,10 @@ TEST(Batch, TheTensorCoreGemvGivesTheCpuDevicesLogits) {
   ASSERT_TRUE(device.ok());
   int forced = 0;
   for (size_t n = 0; n < model.network.nodes.size(); ++n) {
-    for (const internal::TacticInfo& t : (*device)->tactics(model.network.nodes[n])) {
-      if (std::string(t.name) != "gemv_mma") continue;
-      desc->tactic_tables[0].profiles[0].tactic_per_node[n] = t.id;
-      ++forced;
-    }
+    const ir::Node& node = model.network.nodes[n];
+    if (node.kind != ir::OpKind::kLinear) continue;
+    desc->tactic_tables[0].profiles[0].tactic_per_node[n] = testing::tactic_id(**device, node, "gemv_mma");
+    ++forced;
   }
   EXPECT_EQ(forced, 4 * 2 + 1) << "each layer's QKV, o, gate + up and down, and the lm_head";
   Result<Engine> engine = testing::load_engine(*desc, model.payload, DeviceKind::kCuda);

@@ -54,15 +54,6 @@ double relative_error(const std::vector<float>& got, const std::vector<float>& w
   return err / scale;
 }
 
-/// The id of `node`'s tactic called `name` on `device` (a test failure and 0 if none).
-uint32_t tactic_id(const internal::DeviceBackend& device, const ir::Node& node, const std::string& name) {
-  for (const internal::TacticInfo& t : device.tactics(node)) {
-    if (name == t.name) return t.id;
-  }
-  ADD_FAILURE() << "no tactic " << name;
-  return 0;
-}
-
 /// The debug log lines written while f() runs.
 template <typename F>
 std::vector<std::string> debug_lines(F&& f) {

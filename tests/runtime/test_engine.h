@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "builder/builder.h"
 #include "format/engine_file.h"
 #include "gearbox/engine.h"
 #include "models/gemma3.h"
+#include "runtime/device_backend.h"
 
 namespace gearbox::testing {
 
@@ -45,6 +47,16 @@ struct TestEngine {
   std::vector<uint8_t> bytes;  // the engine file image
   Engine engine{nullptr};
 };
+
+/// The id of the tactic called `name` among `device`'s tactics for `node` (to force it in an
+/// engine's table); a failure of the test, and 0, where it has none.
+inline uint32_t tactic_id(const internal::DeviceBackend& device, const ir::Node& node, const std::string& name) {
+  for (const internal::TacticInfo& t : device.tactics(node)) {
+    if (name == t.name) return t.id;
+  }
+  ADD_FAILURE() << "no tactic " << name << " for " << node.name;
+  return 0;
+}
 
 /// `desc` (its tactics possibly forced) with `payload`, serialized and loaded on `device`.
 inline Result<Engine> load_engine(const format::EngineDesc& desc, std::span<const uint8_t> payload, DeviceKind device) {
