@@ -165,11 +165,13 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_mma_kernel(const MmaParams p
 
   uint4 a[U][kTiles][2];
   float4 xs[U][NT][2];
+  // Whether this lane's 8 columns of chunk c lie within K (K % 8 == 0: all 8 or none).
+  const auto lane_in = [&](int c) { return c < chunks && c * kChunk + 8 * q < K; };
   const auto fetch_w = [&](int c0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kWarps;
-      const bool in = c < chunks && c * kChunk + 8 * q < K;
+      const bool in = lane_in(c);
 #pragma unroll
       for (int t = 0; t < kTiles; ++t) {
 #pragma unroll
@@ -181,7 +183,7 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_mma_kernel(const MmaParams p
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int c = c0 + u * kWarps;
-      const bool in = c < chunks && c * kChunk + 8 * q < K;
+      const bool in = lane_in(c);
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
         xs[u][nt][0] = xs[u][nt][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
