@@ -16,6 +16,17 @@ cd "$GEARBOX_ROOT"
 # Each stage's header says when it starts, so a slow stage shows in the log.
 step() { printf '\n==== %s (at %dm%02ds)\n' "$*" $((SECONDS / 60)) $((SECONDS % 60)); }
 
+# A fresh tree takes about 11 GiB: .venv (5.5) and the three build trees. Stop before any
+# work when the disk cannot hold what is still to be written, rather than inside pip or a link.
+need_kib=$((11 * 1024 * 1024))
+free_kib=$(df -Pk . | awk 'NR == 2 { print $4 }')
+held_kib=$({ du -sk .venv build 2>/dev/null || true; } | awk '{ s += $1 } END { print s + 0 }')
+if ((free_kib + held_kib < need_kib)); then
+  echo "test.sh: about $((need_kib / 1048576)) GiB are needed for .venv and build/ under $PWD;" \
+    "$((free_kib / 1048576)) GiB are free and $((held_kib / 1048576)) GiB already held. Free some space and rerun." >&2
+  exit 1
+fi
+
 step "setup"
 scripts/setup.sh
 et_prefix=$(executorch_prefix)
