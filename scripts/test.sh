@@ -78,16 +78,24 @@ for path in sys.argv[2:]:
         seed = struct.pack("<H", len(data)) + data + "the sky is blue \u00e9\u6f22 <bos>".encode()
         open(os.path.join(sys.argv[1], "seed_" + os.path.basename(path)), "wb").write(seed)
 PY
-for fuzzer in build/asan/fuzz/fuzz_*; do
-  corpus=build/fuzz-corpus/$(basename "$fuzzer") && mkdir -p "$corpus"
-  log=build/asan/$(basename "$fuzzer").log
-  if ! "$fuzzer" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
+# One fuzzer a core at a time (each is single-threaded), each on its own corpus and log.
+fuzz_one() {
+  local name=${1##*/}
+  local corpus=build/fuzz-corpus/$name log=build/asan/$name.log
+  mkdir -p "$corpus"
+  if ! "$1" -max_total_time="$fuzz_seconds" -print_final_stats=1 "$corpus" >"$log" 2>&1; then
     tail -n 60 "$log"
-    echo "$(basename "$fuzzer") found a failure (crash input saved in the working directory)"
-    exit 1
+    echo "$name found a failure (crash input saved in the working directory)"
+    return 1
   fi
-  echo "$(basename "$fuzzer"): $(grep -m1 -o 'number_of_executed_units: [0-9]*' "$log") runs in ${fuzz_seconds}s, no failure"
-done
+  echo "$name: $(grep -m1 -o 'number_of_executed_units: [0-9]*' "$log") runs in ${fuzz_seconds}s, no failure"
+}
+export -f fuzz_one
+export fuzz_seconds
+if ! printf '%s\n' build/asan/fuzz/fuzz_* | xargs -P "$(jobs)" -I{} bash -c 'fuzz_one "$1"' _ {}; then
+  echo "a fuzzer found a failure (above)"
+  exit 1
+fi
 
 step "TSan (clang)"
 cmake -S . -B build/tsan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ -DGEARBOX_WITH_CUDA=OFF \
