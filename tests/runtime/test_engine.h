@@ -58,13 +58,18 @@ inline uint32_t tactic_id(const internal::DeviceBackend& device, const ir::Node&
   return 0;
 }
 
+/// An engine file image loaded on `device`.
+inline Result<Engine> load_bytes(std::span<const uint8_t> bytes, DeviceKind device) {
+  EngineOptions load;
+  load.device = device;
+  return Engine::load_buffer(bytes, load);
+}
+
 /// `desc` (its tactics possibly forced) with `payload`, serialized and loaded on `device`.
 inline Result<Engine> load_engine(const format::EngineDesc& desc, std::span<const uint8_t> payload, DeviceKind device) {
   Result<std::vector<uint8_t>> bytes = format::serialize_engine(desc, payload);
   if (!bytes.ok()) return bytes.status();
-  EngineOptions load;
-  load.device = device;
-  return Engine::load_buffer(*bytes, load);
+  return load_bytes(*bytes, device);
 }
 
 /// An engine of `model` for `profiles`, tuned on `device` (`repetitions` timed runs a tactic),
@@ -82,9 +87,7 @@ inline TestEngine engine_from_model(models::BuiltModel model, std::vector<format
   Result<std::vector<uint8_t>> bytes = format::serialize_engine(*desc, t.model.payload);
   EXPECT_TRUE(bytes.ok()) << bytes.status().to_string();
   t.bytes = std::move(*bytes);
-  EngineOptions load;
-  load.device = device;
-  Result<Engine> engine = Engine::load_buffer(t.bytes, load);
+  Result<Engine> engine = load_bytes(t.bytes, device);
   EXPECT_TRUE(engine.ok()) << engine.status().to_string();
   t.engine = std::move(*engine);
   return t;

@@ -11,12 +11,8 @@ set(engine ${WORK_DIR}/escapes.gbx)
 set(json ${WORK_DIR}/escapes.json)
 file(REMOVE ${json})
 
-execute_process(COMMAND ${GEARBOX} build --mini -o ${engine} --max-seq 64 --device cpu
-                        --profile "${name}:1:1:1" --profile prefill:1:16:64
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "build: exit code ${rc}\n${out}${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/mini_engine.cmake)
+build_mini_engine(${engine} --max-seq 64 --profile "${name}:1:1:1" --profile prefill:1:16:64)
 execute_process(COMMAND ${GEARBOX} bench ${engine} --context 16 --steps 2 --prefill 16 --rounds 1 --round-decodes 2
                         --json ${json} --device cpu
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -69,7 +65,6 @@ if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
 endif()
 message("${doc}")
 
-include(${CMAKE_CURRENT_LIST_DIR}/mini_engine.cmake)
 set(short_engine ${WORK_DIR}/short.gbx)
 build_mini_engine(${short_engine} --max-seq 64 --profile decode:1:1:1 --profile prefill:1:16:24)
 foreach(count_n 100:8 0:0)
