@@ -7,7 +7,8 @@
 //   [metadata]      the EngineDesc below, in a bounds-checked binary encoding.
 //   [payload]       the weights, 64-byte aligned (so it can be memory-mapped and used in
 //                   place); each weight's offset within it is 64-byte aligned too.
-// Checksums (XXH3-64) cover the metadata and the payload.
+// Checksums (XXH3-64) cover the metadata and the payload; from version 4 the payload's in
+// chunks, which a reader verifies on several threads.
 //
 // The reader validates every offset, size, count, enum value and checksum against the
 // bytes it was given before using them, returns a distinct kDataLoss message per kind of
@@ -31,16 +32,29 @@ inline constexpr char kMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
 /// The newest format version; a reader takes 1 up to this one (docs/COMPATIBILITY.md).
 /// Version 2 adds the generic op kinds and appends their attrs (code, axis, flags, alpha,
 /// beta, ints) to every node. Version 3 appends the KV-cache slot count of a batched
-/// network. The writer writes the oldest version that holds the network (1 for one that
-/// needs none of that), so such engines stay readable by older gearbox.
-inline constexpr uint32_t kFormatVersion = 3;
+/// network. Version 4 appends a section of the payload's chunk digests (payload_xxh3 is
+/// then their XXH3-64) and lets a network of one sequence write slots 0. The writer writes
+/// the oldest version that holds the engine (1 for one that needs none of that; 4 for a
+/// payload of more than one chunk), so such engines stay readable by older gearbox.
+inline constexpr uint32_t kFormatVersion = 4;
 /// The op kinds a version-1 file may hold (kEmbedding..kTakeLast).
 inline constexpr uint32_t kMaxOpKindV1 = 9;
 inline constexpr uint64_t kPayloadAlignment = 64;
 /// Bytes of the fixed header in format version 1 (later versions may append fields).
 inline constexpr uint32_t kHeaderBytesV1 = 64;
-/// Metadata sections, in the order they are written (docs/FORMAT.md).
-enum class Section : uint32_t { kNetwork = 1, kProfiles = 2, kTacticTables = 3, kMetadata = 4, kProducer = 5 };
+/// The chunk the writer digests a payload by: a payload larger than one chunk is written as
+/// version 4, so that a reader verifies its chunks on several threads.
+inline constexpr uint64_t kPayloadChunkBytes = uint64_t{32} << 20;
+/// Metadata sections, in the order they are written (docs/FORMAT.md); kPayloadDigests only
+/// in version 4.
+enum class Section : uint32_t {
+  kNetwork = 1,
+  kProfiles = 2,
+  kTacticTables = 3,
+  kMetadata = 4,
+  kProducer = 5,
+  kPayloadDigests = 6
+};
 
 /// The tactics chosen for one profile on one device: tactic id per node (index = node id),
 /// the measured median time of each choice, and the activation bytes the profile needs.
@@ -77,12 +91,20 @@ struct EngineDesc {
   std::string producer;
 };
 
+/// What the payload's checksum is: XXH3-64 of the whole payload (versions 1 to 3), or one
+/// XXH3-64 per `chunk_bytes` chunk (version 4).
+struct PayloadDigests {
+  uint64_t whole = 0;            ///< versions 1 to 3: the header's payload_xxh3
+  uint64_t chunk_bytes = 0;      ///< version 4: the chunk size (0 before)
+  std::vector<uint64_t> chunks;  ///< version 4: each chunk's XXH3-64
+};
+
 /// A parsed engine: the description plus a view of the payload inside the parsed bytes
 /// (valid as long as those bytes are).
 struct ParsedEngine {
   EngineDesc desc;
   std::span<const uint8_t> payload;
-  uint64_t payload_xxh3 = 0;  ///< the payload's checksum the header records
+  PayloadDigests payload_digests;  ///< what check_payload checks the payload against
 };
 
 /// Serializes `desc` and `payload` (the weight bytes; each WeightInfo's offset and bytes
@@ -105,7 +127,9 @@ enum class PayloadCheck { kVerify, kDeferred };
 Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes, PayloadCheck check = PayloadCheck::kVerify);
 
 /// The payload checksum check that parse_engine skips with PayloadCheck::kDeferred: kDataLoss
-/// (the same message as parse_engine's) when the payload does not match its checksum.
-Status check_payload(std::span<const uint8_t> payload, uint64_t payload_xxh3);
+/// (the same message as parse_engine's) when the payload does not match its checksum. A
+/// version-4 payload's chunks are checked on several threads, and the message names the
+/// bytes of the first chunk that does not match.
+Status check_payload(std::span<const uint8_t> payload, const PayloadDigests& digests);
 
 }  // namespace gearbox::format

@@ -18,6 +18,7 @@
 #include "core/check.h"
 #include "format/binary_io.h"
 #include "format/engine_file.h"
+#include "format/payload_digests.h"
 #include "format/tactic_tables.h"
 #include "ir/shape_inference.h"
 #include "ir/validate.h"
@@ -28,7 +29,8 @@ namespace {
 // Version-1 layout constants (docs/FORMAT.md); the writer has the same table.
 constexpr uint32_t kMaxNameBytes = ByteReader::kDefaultMaxStringBytes;  // names, keys, versions
 constexpr uint32_t kMaxValueBytes = 16u << 20;                          // metadata values
-constexpr const char* kSectionNames[] = {"", "network", "profiles", "tactic tables", "metadata", "producer"};
+constexpr const char* kSectionNames[] = {"",         "network",  "profiles",       "tactic tables",
+                                         "metadata", "producer", "payload digests"};
 
 // Smallest encodings, for the count checks: a string or a list is at least its u32 prefix.
 constexpr size_t kMinDims = 4;
@@ -158,8 +160,11 @@ Status read_network(ByteReader& r, ir::Network& net, uint32_t version) {
   if (!r.i64("max_context", net.max_context)) return r.status();
   if (version >= 3) {
     if (!r.i64("slots", net.slots)) return r.status();
-    if (net.slots < 1) {
-      r.fail("slots", "is " + str(net.slots) + "; a version-3 network has at least 1");
+    // Version 3 is written only for a batched network; version 4 also for one of one
+    // sequence (slots 0).
+    if (net.slots < (version == 3 ? 1 : 0)) {
+      r.fail("slots", "is " + str(net.slots) + "; a version-" + str(version) + " network has at least " +
+                          (version == 3 ? "1" : "0"));
       return r.status();
     }
   }
@@ -241,7 +246,8 @@ Status read_section(ByteReader& r, uint64_t base, Section expected, F&& read_bod
   return Status::ok_status();
 }
 
-Status decode_metadata(std::span<const uint8_t> bytes, uint64_t base, uint32_t version, EngineDesc& desc) {
+Status decode_metadata(std::span<const uint8_t> bytes, uint64_t base, uint32_t version, EngineDesc& desc,
+                       PayloadDigests& digests) {
   ByteReader r(bytes, base);
   GEARBOX_RETURN_IF_ERROR(
       read_section(r, base, Section::kNetwork, [&](ByteReader& s) { return read_network(s, desc.network, version); }));
@@ -257,6 +263,16 @@ Status decode_metadata(std::span<const uint8_t> bytes, uint64_t base, uint32_t v
   GEARBOX_RETURN_IF_ERROR(read_section(r, base, Section::kProducer, [&](ByteReader& s) {
     return s.string("producer", desc.producer, kMaxNameBytes) ? Status::ok_status() : s.status();
   }));
+  if (version >= 4) {
+    GEARBOX_RETURN_IF_ERROR(read_section(r, base, Section::kPayloadDigests, [&](ByteReader& s) {
+      if (!s.u64("chunk_bytes", digests.chunk_bytes)) return s.status();
+      if (digests.chunk_bytes == 0) {
+        s.fail("chunk_bytes", "is 0");
+        return s.status();
+      }
+      return read_list(s, "digest", sizeof(uint64_t), digests.chunks, [&](uint64_t& d) { return s.u64("digest", d); });
+    }));
+  }
   if (r.remaining() != 0) return data_loss(str(r.remaining()) + " unexpected bytes after the last section");
   return Status::ok_status();
 }
@@ -403,9 +419,26 @@ Status check_desc(const EngineDesc& desc, uint64_t payload_bytes) {
 
 }  // namespace
 
-Status check_payload(std::span<const uint8_t> payload, uint64_t payload_xxh3) {
-  if (XXH3_64bits(payload.data(), payload.size()) != payload_xxh3) {
-    return data_loss("payload checksum mismatch: the weights are corrupted; copy the engine again or rebuild it");
+Status check_payload(std::span<const uint8_t> payload, const PayloadDigests& digests) {
+  const std::string advice = "the weights are corrupted; copy the engine again or rebuild it";
+  if (digests.chunk_bytes == 0) {
+    if (XXH3_64bits(payload.data(), payload.size()) != digests.whole) {
+      return data_loss("payload checksum mismatch: " + advice);
+    }
+    return {};
+  }
+  if (digests.chunks.size() != chunk_count(payload.size(), digests.chunk_bytes)) {
+    return data_loss("payload checksum mismatch: " + str(digests.chunks.size()) + " chunk digests for " +
+                     str(chunk_count(payload.size(), digests.chunk_bytes)) + " chunks; " + advice);
+  }
+  const std::vector<uint64_t> got = chunk_digests(payload, digests.chunk_bytes);
+  for (size_t c = 0; c < got.size(); ++c) {
+    if (got[c] != digests.chunks[c]) {
+      const uint64_t first = c * digests.chunk_bytes;
+      const uint64_t end = std::min<uint64_t>(first + digests.chunk_bytes, payload.size());
+      return data_loss("payload checksum mismatch in bytes " + str(first) + " to " + str(end) +
+                       " of the payload (chunk " + str(c) + " of " + str(got.size()) + "): " + advice);
+    }
   }
   return {};
 }
@@ -489,16 +522,30 @@ Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes, PayloadCheck c
   if (XXH3_64bits(metadata.data(), metadata.size()) != metadata_xxh3) {
     return data_loss("metadata checksum mismatch: the file is corrupted; copy the engine again or rebuild it");
   }
-  if (check == PayloadCheck::kVerify) GEARBOX_RETURN_IF_ERROR(check_payload(payload, payload_xxh3));
 
-  // ---- metadata ----
+  // ---- metadata (checksummed above), and the payload against its digests ----
   ParsedEngine parsed;
-  const Status decoded = decode_metadata(metadata, metadata_offset, version, parsed.desc);
+  PayloadDigests& digests = parsed.payload_digests;
+  const Status decoded = decode_metadata(metadata, metadata_offset, version, parsed.desc, digests);
   if (!decoded.ok()) return data_loss("engine metadata is malformed: " + decoded.message());
+  if (version >= 4) {
+    if (digests.chunks.size() != chunk_count(payload_bytes, digests.chunk_bytes)) {
+      return data_loss("engine metadata is malformed: payload digests section: " + str(digests.chunks.size()) +
+                       " digests, but a payload of " + str(payload_bytes) + " bytes has " +
+                       str(chunk_count(payload_bytes, digests.chunk_bytes)) + " chunks of " + str(digests.chunk_bytes) +
+                       " bytes");
+    }
+    if (digest_of_digests(digests.chunks) != payload_xxh3) {
+      return data_loss("payload checksum " + str(payload_xxh3) +
+                       " in the header does not match the payload digests: the header is corrupted");
+    }
+  } else {
+    digests.whole = payload_xxh3;
+  }
+  if (check == PayloadCheck::kVerify) GEARBOX_RETURN_IF_ERROR(check_payload(payload, digests));
   const Status valid = check_desc(parsed.desc, payload_bytes);
   if (!valid.ok()) return valid.with_context("engine metadata");
   parsed.payload = payload;
-  parsed.payload_xxh3 = payload_xxh3;
   return parsed;
 }
 

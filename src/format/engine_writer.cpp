@@ -11,6 +11,7 @@
 #include "core/output_file.h"
 #include "format/binary_io.h"
 #include "format/engine_file.h"
+#include "format/payload_digests.h"
 #include "format/tactic_tables.h"
 #include "ir/validate.h"
 
@@ -27,10 +28,12 @@ void write_ids(ByteWriter& w, const std::vector<int32_t>& ids) {
   for (int32_t id : ids) w.i32(id);
 }
 
-// The oldest format version that holds `net`: 3 for a batched network (its slot count);
-// else 1 unless a node is a generic op or sets one of version 2's attrs, so that an engine
-// of version-1 ops stays readable by a gearbox that reads only version 1.
-uint32_t format_version_for(const ir::Network& net) {
+// The oldest format version that holds `net` with a payload of `payload_bytes`: 4 for a
+// payload of more than one chunk (its chunk digests); 3 for a batched network (its slot
+// count); else 1 unless a node is a generic op or sets one of version 2's attrs, so that an
+// engine of version-1 ops stays readable by a gearbox that reads only version 1.
+uint32_t format_version_for(const ir::Network& net, uint64_t payload_bytes) {
+  if (payload_bytes > kPayloadChunkBytes) return 4;
   if (net.slots != 0) return 3;
   const ir::OpAttrs defaults;
   for (const ir::Node& n : net.nodes) {
@@ -150,7 +153,7 @@ void write_section(ByteWriter& w, Section id, F&& body) {
   w.patch_u64(length_at, w.size() - length_at - sizeof(uint64_t));
 }
 
-ByteWriter encode_metadata(const EngineDesc& desc, uint32_t version) {
+ByteWriter encode_metadata(const EngineDesc& desc, uint32_t version, std::span<const uint64_t> digests) {
   ByteWriter w;
   write_section(w, Section::kNetwork, [&] { write_network(w, desc.network, version); });
   write_section(w, Section::kProfiles, [&] { write_profiles(w, desc.profiles); });
@@ -163,6 +166,13 @@ ByteWriter encode_metadata(const EngineDesc& desc, uint32_t version) {
     }
   });
   write_section(w, Section::kProducer, [&] { w.string(desc.producer); });
+  if (version >= 4) {
+    write_section(w, Section::kPayloadDigests, [&] {
+      w.u64(kPayloadChunkBytes);
+      w.count(digests.size());
+      for (uint64_t d : digests) w.u64(d);
+    });
+  }
   return w;
 }
 
@@ -172,8 +182,10 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
   const Status valid = ir::validate_network(desc.network, payload.size());
   if (!valid.ok()) return invalid_argument("cannot serialize the engine: " + valid.message());
 
-  const uint32_t version = format_version_for(desc.network);
-  const ByteWriter metadata = encode_metadata(desc, version);
+  const uint32_t version = format_version_for(desc.network, payload.size());
+  const std::vector<uint64_t> digests =
+      version >= 4 ? chunk_digests(payload, kPayloadChunkBytes) : std::vector<uint64_t>{};
+  const ByteWriter metadata = encode_metadata(desc, version, digests);
   if (!metadata.ok()) {
     return invalid_argument("cannot serialize the engine: a string or a list is longer than 4 GiB");
   }
@@ -191,7 +203,7 @@ Result<std::vector<uint8_t>> serialize_engine(const EngineDesc& desc, std::span<
   file.u64(payload_offset);
   file.u64(payload.size());
   file.u64(XXH3_64bits(metadata.bytes().data(), metadata.bytes().size()));
-  file.u64(XXH3_64bits(payload.data(), payload.size()));
+  file.u64(version >= 4 ? digest_of_digests(digests) : XXH3_64bits(payload.data(), payload.size()));
   GEARBOX_CHECK(file.size() == kHeaderBytesV1);
   file.raw(metadata.bytes());
   file.pad_to(kPayloadAlignment);

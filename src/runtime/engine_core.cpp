@@ -17,12 +17,12 @@ namespace {
 
 // format::check_payload on a thread of its own; on the calling thread, before returning,
 // where no thread can be started.
-std::future<Status> start_payload_check(std::span<const uint8_t> payload, uint64_t payload_xxh3) {
+std::future<Status> start_payload_check(std::span<const uint8_t> payload, const format::PayloadDigests& digests) {
   try {
-    return std::async(std::launch::async, format::check_payload, payload, payload_xxh3);
+    return std::async(std::launch::async, [payload, &digests] { return format::check_payload(payload, digests); });
   } catch (const std::system_error&) {
     std::promise<Status> checked;
-    checked.set_value(format::check_payload(payload, payload_xxh3));
+    checked.set_value(format::check_payload(payload, digests));
     return checked.get_future();
   }
 }
@@ -95,7 +95,7 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
   // The payload's checksum runs on a thread of its own while the weights upload: both read
   // the whole payload (from the page cache, or from the disk through the mapping). Its
   // verdict is taken first, so a damaged payload is reported as such whatever else fails.
-  std::future<Status> payload_checked = start_payload_check(parsed->payload, parsed->payload_xxh3);
+  std::future<Status> payload_checked = start_payload_check(parsed->payload, parsed->payload_digests);
   auto core = std::make_shared<EngineCore>();
   core->desc_ = std::move(parsed->desc);
   const ir::Network& net = core->desc_.network;

@@ -297,12 +297,13 @@ TEST(EngineFile, ADeferredPayloadCheckIsTheCallersWithTheSameMessage) {
   EXPECT_EQ(parse_engine(bytes).status().code(), StatusCode::kDataLoss);
   Result<ParsedEngine> parsed = parse_engine(bytes, PayloadCheck::kDeferred);
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
-  EXPECT_EQ(parsed->payload_xxh3, get_u64(bytes, 56));
-  const Status s = check_payload(parsed->payload, parsed->payload_xxh3);
+  EXPECT_EQ(parsed->payload_digests.whole, get_u64(bytes, 56));
+  EXPECT_EQ(parsed->payload_digests.chunk_bytes, 0u);
+  const Status s = check_payload(parsed->payload, parsed->payload_digests);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_EQ(s.message(), parse_engine(bytes).status().message());
   bytes[get_u64(bytes, 32) + 3] ^= 1;
-  EXPECT_TRUE(check_payload(parsed->payload, parsed->payload_xxh3).ok());
+  EXPECT_TRUE(check_payload(parsed->payload, parsed->payload_digests).ok());
 }
 
 TEST(EngineFile, SerializingIsDeterministic) { EXPECT_EQ(serialize(tiny_decoder()), serialize(tiny_decoder())); }
@@ -387,7 +388,7 @@ TEST(EngineFile, EachKindOfDamageHasItsOwnMessage) {
   const std::vector<Damage> cases = {
       {"bad magic", [](Bytes& b) { b[0] = 'X'; }, "not a gearbox engine file (bad magic)"},
       {"newer version", [](Bytes& b) { put<uint32_t>(b, 8, 7); },
-       "engine format version 7 is newer than this gearbox supports (3); rebuild the engine or upgrade gearbox"},
+       "engine format version 7 is newer than this gearbox supports (4); rebuild the engine or upgrade gearbox"},
       {"version 0", [](Bytes& b) { put<uint32_t>(b, 8, 0); }, "version 0 is invalid"},
       {"small header", [](Bytes& b) { put<uint32_t>(b, 12, 12); },
        "header_bytes 12 is smaller than the version-1 header (64)"},
@@ -533,6 +534,84 @@ TEST(EngineFile, OnlyABatchedNetworkIsWrittenAsVersionThree) {
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("'slots'"), std::string::npos) << s.to_string();
   EXPECT_NE(s.message().find("a version-3 network has at least 1"), std::string::npos) << s.to_string();
+}
+
+// The one-layer decoder with its payload grown past two chunks (bytes no weight reads).
+Engine decoder_of_three_chunks() {
+  Engine e = tiny_decoder();
+  e.payload.resize(2 * kPayloadChunkBytes + 1000, 0x5A);
+  for (const size_t end : {kPayloadChunkBytes, 2 * kPayloadChunkBytes, e.payload.size()}) {
+    e.payload[end - 1] = static_cast<uint8_t>(end >> 20);  // each chunk's last byte differs
+  }
+  return e;
+}
+
+TEST(EngineFile, APayloadOfSeveralChunksIsWrittenAsVersionFourWithADigestEach) {
+  const Engine e = decoder_of_three_chunks();
+  const Bytes b = serialize(e);
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(get_u64(b, 8) & 0xFFFFFFFFu, 4u);
+  // Section 6 after the producer: the chunk size, then one XXH3-64 per chunk; the header's
+  // payload checksum is the XXH3-64 of those digests.
+  const size_t body = section_body(b, 6);
+  EXPECT_EQ(get_u64(b, body - 12) & 0xFFFFFFFFu, 6u);
+  EXPECT_EQ(get_u64(b, body), kPayloadChunkBytes);
+  ASSERT_EQ(get_u64(b, body + 8) & 0xFFFFFFFFu, 3u);
+  const uint8_t* payload = b.data() + get_u64(b, 32);
+  const uint64_t want[3] = {XXH3_64bits(payload, kPayloadChunkBytes),
+                            XXH3_64bits(payload + kPayloadChunkBytes, kPayloadChunkBytes),
+                            XXH3_64bits(payload + 2 * kPayloadChunkBytes, 1000)};
+  for (size_t c = 0; c < 3; ++c) EXPECT_EQ(get_u64(b, body + 12 + 8 * c), want[c]) << c;
+  EXPECT_EQ(get_u64(b, 56), XXH3_64bits(want, sizeof want));
+
+  Result<ParsedEngine> parsed = parse_engine(b);
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  expect_same(e.desc, parsed->desc);  // a network of one sequence keeps slots 0
+  EXPECT_TRUE(std::equal(e.payload.begin(), e.payload.end(), parsed->payload.begin()));
+  EXPECT_EQ(parsed->payload_digests.chunk_bytes, kPayloadChunkBytes);
+  EXPECT_EQ(parsed->payload_digests.chunks, std::vector<uint64_t>(std::begin(want), std::end(want)));
+
+  // A payload of exactly one chunk keeps the oldest version.
+  Engine one = tiny_decoder();
+  one.payload.resize(kPayloadChunkBytes);
+  EXPECT_EQ(get_u64(serialize(one), 8) & 0xFFFFFFFFu, 1u);
+}
+
+TEST(EngineFile, AVersionFourPayloadNamesTheChunkThatIsDamaged) {
+  Bytes b = serialize(decoder_of_three_chunks());
+  ASSERT_FALSE(b.empty());
+  const size_t payload = get_u64(b, 32);
+  for (const auto& [at, want] :
+       {std::pair<size_t, std::string>{kPayloadChunkBytes + 5,
+                                       "in bytes 33554432 to 67108864 of the payload (chunk 1 of 3)"},
+        {2 * kPayloadChunkBytes + 999, "in bytes 67108864 to 67109864 of the payload (chunk 2 of 3)"}}) {
+    b[payload + at] ^= 0x40;
+    const Status s = parse(b);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+    EXPECT_EQ(s.message(),
+              "payload checksum mismatch " + want + ": the weights are corrupted; copy the engine again or rebuild it");
+    Result<ParsedEngine> deferred = parse_engine(b, PayloadCheck::kDeferred);
+    ASSERT_TRUE(deferred.ok()) << deferred.status().to_string();
+    EXPECT_EQ(check_payload(deferred->payload, deferred->payload_digests).message(), s.message());
+    b[payload + at] ^= 0x40;
+  }
+  EXPECT_TRUE(parse(b).ok());
+
+  // The header's checksum must be the digests' own.
+  put<uint64_t>(b, 56, get_u64(b, 56) ^ 1);
+  EXPECT_NE(parse(b).message().find("in the header does not match the payload digests"), std::string::npos)
+      << parse(b).to_string();
+  put<uint64_t>(b, 56, get_u64(b, 56) ^ 1);
+
+  // Digests for another chunk size are refused by count before any payload is read.
+  put<uint64_t>(b, section_body(b, 6), 2 * kPayloadChunkBytes);
+  reseal(b);
+  EXPECT_EQ(parse(b).message(),
+            "engine metadata is malformed: payload digests section: 3 digests, but a payload of 67109864 bytes has "
+            "2 chunks of 67108864 bytes");
+  put<uint64_t>(b, section_body(b, 6), 0);
+  reseal(b);
+  EXPECT_NE(parse(b).message().find("'chunk_bytes'"), std::string::npos) << parse(b).to_string();
 }
 
 TEST(EngineFile, ALongerHeaderIsSkipped) {

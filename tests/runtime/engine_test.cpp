@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -227,6 +228,45 @@ TEST(Engine, LoadsFromAFileAndReportsMissingOrDamagedFiles) {
   EXPECT_EQ(weight.code(), StatusCode::kDataLoss);
   EXPECT_NE(weight.message().find("payload checksum mismatch"), std::string::npos) << weight.message();
   std::filesystem::remove(path);
+}
+
+// An engine whose payload spans three checksum chunks (format 4: the tiny model's weights,
+// then bytes no weight reads) loads, checking its chunks on threads while it uploads, and
+// gives the logits of the same weights in a one-chunk engine; a damaged chunk fails the
+// load by its byte range.
+TEST(Engine, AVersionFourEngineLoadsAndADamagedChunkIsNamed) {
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(16));
+  Result<format::ParsedEngine> parsed = format::parse_engine(t.bytes);
+  ASSERT_TRUE(parsed.ok());
+  std::vector<uint8_t> payload = t.model.payload;
+  payload.resize(2 * format::kPayloadChunkBytes + 100, 0x5A);
+  Result<std::vector<uint8_t>> bytes = format::serialize_engine(parsed->desc, payload);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().to_string();
+  uint32_t version = 0;
+  std::memcpy(&version, bytes->data() + 8, 4);
+  ASSERT_EQ(version, 4u);
+
+  const auto logits_of = [](const Engine& engine) {
+    Result<Session> session = Session::create(engine);
+    EXPECT_TRUE(session.ok());
+    TokenInputs in({5, 9, 2}, 0);
+    Tensor logits;
+    auto pick = OptimizationProfileGuard::automatic();
+    EXPECT_TRUE(session->run(in.span(), std::span(&logits, 1)).ok());
+    const float* v = logits.data<float>();
+    return std::vector<float>(v, v + logits.dims.volume());
+  };
+  Result<Engine> large = Engine::load_buffer(*bytes);
+  ASSERT_TRUE(large.ok()) << large.status().to_string();
+  EXPECT_EQ(logits_of(*large), logits_of(t.engine));
+
+  std::vector<uint8_t>& damaged = *bytes;
+  damaged[damaged.size() - 50] ^= 0x40;  // in the last chunk
+  const Status s = Engine::load_buffer(damaged).status();
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("payload checksum mismatch in bytes 67108864 to 67108964 of the payload (chunk 2 of 3)"),
+            std::string::npos)
+      << s.to_string();
 }
 
 TEST(Engine, TunesAtLoadWhenTheFileHasNoTacticsForTheDevice) {

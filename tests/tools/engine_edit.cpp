@@ -55,8 +55,12 @@ uint64_t u64_at(const Bytes& b, size_t at) {
   return v;
 }
 
-// Recomputes the metadata and payload checksums of a version-1 header.
+// Recomputes the metadata and payload checksums of a version-1 header (an engine of one
+// payload digest: the small engines the tests edit, not a version-4 one).
 void repair_checksums(Bytes& b) {
+  uint32_t version = 0;
+  std::memcpy(&version, b.data() + 8, sizeof version);
+  if (version >= 4) die("a version-4 engine's payload digests are not repaired here");
   const uint64_t metadata_offset = u64_at(b, 16), metadata_bytes = u64_at(b, 24);
   const uint64_t payload_offset = u64_at(b, 32), payload_bytes = u64_at(b, 40);
   const uint64_t m = XXH3_64bits(b.data() + metadata_offset, metadata_bytes);

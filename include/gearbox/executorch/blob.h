@@ -21,14 +21,14 @@ inline constexpr char kBlobMagic[8] = {'G', 'B', 'X', 'E', 'N', 'G', 'N', '\0'};
 /// fields and grow header_bytes; these keep their offsets.
 struct BlobHeader {
   char magic[8];             ///< kBlobMagic
-  uint32_t format_version;   ///< the engine format version (1 or 2, docs/FORMAT.md)
+  uint32_t format_version;   ///< the engine format version (1 to 4, docs/FORMAT.md)
   uint32_t header_bytes;     ///< the header's length, >= 64
   uint64_t metadata_offset;  ///< where the metadata starts
   uint64_t metadata_bytes;   ///< its length
   uint64_t payload_offset;   ///< where the weights start (64-byte aligned)
   uint64_t payload_bytes;    ///< their length
   uint64_t metadata_xxh3;    ///< XXH3-64 of the metadata
-  uint64_t payload_xxh3;     ///< XXH3-64 of the weights
+  uint64_t payload_xxh3;     ///< XXH3-64 of the weights (format 4: of their 32 MiB chunks' digests)
 };
 static_assert(sizeof(BlobHeader) == 64);
 
