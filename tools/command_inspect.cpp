@@ -67,7 +67,12 @@ int run_inspect(const std::string& file, bool nodes, const std::string& device_f
   const format::EngineDesc& d = parsed->desc;
   const ir::Network& net = d.network;
 
-  std::printf("engine %s: %zu bytes, written by %s\n", file.c_str(), mapped->bytes().size(), d.producer.c_str());
+  std::printf("engine %s: %zu bytes, format %u, written by %s\n", file.c_str(), mapped->bytes().size(), parsed->version,
+              d.producer.c_str());
+  if (const format::PayloadDigests& digests = parsed->payload_digests; digests.chunk_bytes > 0) {
+    std::printf("payload checksum: %zu chunks of %.0f MiB, checked on the host's threads\n", digests.chunks.size(),
+                static_cast<double>(digests.chunk_bytes) / (1 << 20));
+  }
   std::printf("network: %zu nodes, %zu tensors, %zu weights (%.2f MB), max context %lld\n", net.nodes.size(),
               net.tensors.size(), net.weights.size(), static_cast<double>(parsed->payload.size()) / 1e6,
               static_cast<long long>(net.max_context));

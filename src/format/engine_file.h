@@ -105,6 +105,7 @@ struct ParsedEngine {
   EngineDesc desc;
   std::span<const uint8_t> payload;
   PayloadDigests payload_digests;  ///< what check_payload checks the payload against
+  uint32_t version = 0;            ///< the file's format version
 };
 
 /// Serializes `desc` and `payload` (the weight bytes; each WeightInfo's offset and bytes

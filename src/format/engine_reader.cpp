@@ -546,6 +546,7 @@ Result<ParsedEngine> parse_engine(std::span<const uint8_t> bytes, PayloadCheck c
   const Status valid = check_desc(parsed.desc, payload_bytes);
   if (!valid.ok()) return valid.with_context("engine metadata");
   parsed.payload = payload;
+  parsed.version = version;
   return parsed;
 }
 

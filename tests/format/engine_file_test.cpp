@@ -297,6 +297,7 @@ TEST(EngineFile, ADeferredPayloadCheckIsTheCallersWithTheSameMessage) {
   EXPECT_EQ(parse_engine(bytes).status().code(), StatusCode::kDataLoss);
   Result<ParsedEngine> parsed = parse_engine(bytes, PayloadCheck::kDeferred);
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  EXPECT_EQ(parsed->version, 1u);
   EXPECT_EQ(parsed->payload_digests.whole, get_u64(bytes, 56));
   EXPECT_EQ(parsed->payload_digests.chunk_bytes, 0u);
   const Status s = check_payload(parsed->payload, parsed->payload_digests);
@@ -568,6 +569,7 @@ TEST(EngineFile, APayloadOfSeveralChunksIsWrittenAsVersionFourWithADigestEach) {
   ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
   expect_same(e.desc, parsed->desc);  // a network of one sequence keeps slots 0
   EXPECT_TRUE(std::equal(e.payload.begin(), e.payload.end(), parsed->payload.begin()));
+  EXPECT_EQ(parsed->version, 4u);
   EXPECT_EQ(parsed->payload_digests.chunk_bytes, kPayloadChunkBytes);
   EXPECT_EQ(parsed->payload_digests.chunks, std::vector<uint64_t>(std::begin(want), std::end(want)));
 
