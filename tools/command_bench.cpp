@@ -6,6 +6,8 @@
 // switch cost (end to end, and the host time a switch adds to a call) and its break-even;
 // and rounds of 1 prefill + N decodes with switching vs on the prefill profile only. With
 // --batch, only the load time and a batched engine's decode throughput at each batch size.
+// First of all, before this process loads the engine: process start to first token, as
+// fresh `gearbox generate` processes meet it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,6 +27,9 @@
 #include "core/check.h"
 #include "core/output_file.h"
 #include "devices/cuda/device_probe.h"
+#include "first_token.h"
+#include "format/engine_file.h"
+#include "format/mapped_file.h"
 #include "json_line.h"
 #include "runner.h"
 #include "runtime/device_backend.h"
@@ -108,11 +113,67 @@ struct BenchArgs {
   int64_t rounds = 5;
   int64_t round_decodes = 64;
   int64_t distinct = 40;
+  int64_t fresh = 3;
   std::vector<int64_t> batches;  // --batch: only the load time and decode at these batch sizes
 };
 
 // A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
 double json_number(double x) { return as_printed(x, "%f"); }
+
+struct FreshProcesses {
+  int64_t runs = 0;
+  int64_t prompt_tokens = 0;
+  double first_token_ms = 0;  // medians over the runs
+  double exit_ms = 0;
+};
+
+// Process start to first token: `gearbox generate FILE --prompt-ids ... --max-new-tokens 1`
+// in `runs` fresh processes, one after another, with a prompt of min(128, the prefill
+// profile's max, context - 1) ids. Runs before this process loads the engine, so that no
+// other process holds it; the first run may read the file from the disk, the others from
+// the page cache, as a user's processes do.
+Result<FreshProcesses> time_fresh_processes(const std::string& file, const std::string& device, int64_t runs) {
+  Result<format::MappedFile> mapped = format::MappedFile::open(file);
+  if (!mapped.ok()) return mapped.status();
+  Result<format::ParsedEngine> parsed = format::parse_engine(mapped->bytes(), format::PayloadCheck::kDeferred);
+  if (!parsed.ok()) return parsed.status().with_context(file);
+  const format::EngineDesc& desc = parsed->desc;
+  std::string vocab_text;
+  for (const auto& [key, value] : desc.metadata) {
+    if (key == "model.vocab") vocab_text = value;
+  }
+  Result<int64_t> vocab = parse_int(vocab_text, "model.vocab");
+  if (!vocab.ok()) return data_loss(file + ": the engine does not record its vocabulary (model.vocab)");
+  int64_t tokens = std::min<int64_t>(128, desc.network.max_context - 1);
+  bool prefill = false;
+  for (const format::ProfileDesc& p : desc.profiles) {
+    if (p.name == "prefill" && !p.bounds.empty() && p.bounds[0].max.rank() == 2) {
+      tokens = std::min(tokens, p.bounds[0].max[1]);
+      prefill = true;
+    }
+  }
+  if (!prefill) return invalid_argument("the engine has no profile named 'prefill'");
+  FreshProcesses out;
+  if (runs < 1 || tokens < 1) return out;
+  Result<std::string> self = own_executable();
+  if (!self.ok()) return self.status();
+  std::string csv;
+  for (int64_t id : ids(tokens, *vocab)) csv += (csv.empty() ? "" : ",") + std::to_string(id);
+  const std::vector<std::string> argv = {*self, "generate", file,  "--prompt-ids", csv, "--max-new-tokens",
+                                         "1",   "--device", device};
+  std::vector<double> first, exits;
+  for (int64_t i = 0; i < runs; ++i) {
+    Result<ChildTiming> t = time_child(argv);
+    if (!t.ok()) return t.status().with_context("a fresh process");
+    first.push_back(t->first_line_ms);
+    exits.push_back(t->exit_ms);
+  }
+  out.runs = runs;
+  out.prompt_tokens = tokens;
+  out.first_token_ms = stats(first).median;
+  out.exit_ms = stats(exits).median;
+  return out;
+}
 
 // The end of a run: the JSON written where --json asks (with `validated` and
 // `checked_calls`), then exit 1 naming the first check that failed, or a line saying what
@@ -164,6 +225,7 @@ int run_bench(const BenchArgs& o) {
     return fail("bench", invalid_argument("--context, --steps, --rounds and --round-decodes must be >= 1"), 2);
   }
   if (o.distinct < 0) return fail("bench", invalid_argument("--distinct-lengths must be >= 0"), 2);
+  if (o.fresh < 0) return fail("bench", invalid_argument("--fresh-processes must be >= 0"), 2);
   if (!o.batches.empty() && !o.svg_path.empty()) {
     return fail("bench", invalid_argument("--svg charts sections that --batch does not run; leave one out"), 2);
   }
@@ -177,6 +239,19 @@ int run_bench(const BenchArgs& o) {
   }
   Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("bench", device.status(), 2);
+  FreshProcesses fresh;
+  if (o.batches.empty() && o.fresh > 0) {
+    Result<FreshProcesses> timed = time_fresh_processes(file, o.device, o.fresh);
+    if (!timed.ok()) return fail("bench", timed.status());
+    fresh = *timed;
+    if (fresh.runs > 0) {
+      std::printf(
+          "fresh process: `gearbox generate` of a %lld-token prompt, first token %.1f ms after the process started, "
+          "exit %.1f ms (median of %lld processes)\n",
+          static_cast<long long>(fresh.prompt_tokens), fresh.first_token_ms, fresh.exit_ms,
+          static_cast<long long>(fresh.runs));
+    }
+  }
   // Device memory the engine and its session take, against what they are made of.
   const bool cuda = *device == DeviceKind::kCuda;
   const Result<int64_t> used_before = cuda ? internal::cuda_memory_in_use() : Result<int64_t>(int64_t{0});
@@ -344,6 +419,11 @@ int run_bench(const BenchArgs& o) {
                                  {"first_decode_ms", json_number(first_decode_ms)},
                                  {"warm_decode_ms", json_number(warm_decode_ms)},
                                  {"first_decode_ratio", json_number(first_decode_ratio)},
+                                 {"fresh_process",
+                                  {{"runs", fresh.runs},
+                                   {"prompt_tokens", fresh.prompt_tokens},
+                                   {"first_token_ms", json_number(fresh.first_token_ms)},
+                                   {"exit_ms", json_number(fresh.exit_ms)}}},
                                  {"decode", nlohmann::ordered_json::array()},
                                  {"prefill", nlohmann::ordered_json::array()}};
 
@@ -561,7 +641,7 @@ Command add_bench_command(CLI::App& gearbox) {
   auto o = std::make_shared<BenchArgs>();
   CLI::App* app = gearbox.add_subcommand(
       "bench",
-      "load time, first calls of a session, decode per profile, prefill (repeated and "
+      "process start to first token, load time, first calls of a session, decode per profile, prefill (repeated and "
       "first-seen lengths), switch cost, rounds with and without switching; or, with --batch, a batched "
       "engine's decode throughput at several batch sizes");
   app->footer(
@@ -578,6 +658,10 @@ Command add_bench_command(CLI::App& gearbox) {
                       "decode throughput of a batched engine at these batch sizes (slots 0..B-1 each hold a "
                       "--context prompt, one call of tokens [B, 1] a step); runs only this and the load time")
       ->type_name("B1,B2");
+  add_int_option(*app, "--fresh-processes", o->fresh,
+                 "process start to first token: N `gearbox generate` processes with a 128-token prompt (clipped "
+                 "to the prefill profile), run before this one loads the engine; 0: skip")
+      ->capture_default_str();
   add_int_option(*app, "--distinct-lengths", o->distinct,
                  "prefill at N lengths in [16, min(1024, profile max)] not run before, first sight vs third; 0: skip")
       ->capture_default_str();

@@ -275,6 +275,9 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
   } else {
     std::printf("%s\n", json_line(nlohmann::ordered_json(generated)).c_str());
   }
+  // Out before the engine is torn down, also into a pipe: `gearbox bench` times a fresh
+  // process to this line.
+  std::fflush(stdout);
   std::fprintf(stderr, "time to first token %.2f ms, prefill %.1f tok/s (%zu tokens), decode %.1f tok/s (%zu tokens)\n",
                prefill_ms, prefill_tok_s, ids.size(), decode_tok_s, decode_steps);
   return 0;
