@@ -138,11 +138,7 @@ Result<FreshProcesses> time_fresh_processes(const std::string& file, const std::
   Result<format::ParsedEngine> parsed = format::parse_engine(mapped->bytes(), format::PayloadCheck::kDeferred);
   if (!parsed.ok()) return parsed.status().with_context(file);
   const format::EngineDesc& desc = parsed->desc;
-  std::string vocab_text;
-  for (const auto& [key, value] : desc.metadata) {
-    if (key == "model.vocab") vocab_text = value;
-  }
-  Result<int64_t> vocab = parse_int(vocab_text, "model.vocab");
+  Result<int64_t> vocab = parse_int(format::metadata_value(desc, "model.vocab"), "model.vocab");
   if (!vocab.ok()) return data_loss(file + ": the engine does not record its vocabulary (model.vocab)");
   int64_t tokens = std::min<int64_t>(128, desc.network.max_context - 1);
   bool prefill = false;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -98,6 +99,14 @@ struct PayloadDigests {
   uint64_t chunk_bytes = 0;      ///< version 4: the chunk size (0 before)
   std::vector<uint64_t> chunks;  ///< version 4: each chunk's XXH3-64
 };
+
+/// The value of `desc`'s metadata key `key`; empty where it has none (keys are unique).
+inline std::string metadata_value(const EngineDesc& desc, std::string_view key) {
+  for (const auto& [k, v] : desc.metadata) {
+    if (k == key) return v;
+  }
+  return {};
+}
 
 /// A parsed engine: the description plus a view of the payload inside the parsed bytes
 /// (valid as long as those bytes are).

@@ -36,12 +36,7 @@ int64_t Engine::max_context() const noexcept { return core_->network().max_conte
 int64_t Engine::max_batch() const noexcept { return core_->network().slots; }
 int64_t Engine::weight_bytes() const noexcept { return core_->weights().bytes(); }
 
-std::string Engine::metadata(const std::string& key) const {
-  for (const auto& [k, v] : core_->desc().metadata) {
-    if (k == key) return v;
-  }
-  return {};
-}
+std::string Engine::metadata(const std::string& key) const { return format::metadata_value(core_->desc(), key); }
 
 Result<DeviceMemory> Engine::allocate(int64_t bytes) const {
   Result<internal::DeviceBuffer> buf = core_->device().allocate(bytes);
