@@ -1,6 +1,7 @@
 #include "runtime/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <future>
 #include <system_error>
 
@@ -25,6 +26,10 @@ std::future<Status> start_payload_check(std::span<const uint8_t> payload, const 
     checked.set_value(format::check_payload(payload, digests));
     return checked.get_future();
   }
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, std::vector<std::string> dim_names) {
@@ -90,8 +95,12 @@ Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, 
 }
 
 Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> bytes, const EngineOptions& options) {
+  // Where a load's time goes, for the debug log: each phase's end, in ms from the start.
+  const auto start = std::chrono::steady_clock::now();
+  double parsed_ms = 0, device_ms = 0, uploaded_ms = 0;
   Result<format::ParsedEngine> parsed = format::parse_engine(bytes, format::PayloadCheck::kDeferred);
   if (!parsed.ok()) return parsed.status();
+  parsed_ms = ms_since(start);
   // The payload's checksum runs on a thread of its own while the weights upload: both read
   // the whole payload (from the page cache, or from the disk through the mapping). Its
   // verdict is taken first, so a damaged payload is reported as such whatever else fails.
@@ -103,6 +112,7 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
     if (!device.ok()) return device.status();
     core->device_ = *device;
+    device_ms = ms_since(start);
     for (const ir::InputSpec& in : net.inputs) {
       const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
       if (core->device_->storage_type(declared) != declared) {
@@ -122,10 +132,12 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<DeviceWeights>> weights = core->device_->upload_weights(net, parsed->payload);
     if (!weights.ok()) return weights.status();
     core->weights_ = std::move(*weights);
+    uploaded_ms = ms_since(start);
     return {};
   }();
   GEARBOX_RETURN_IF_ERROR(payload_checked.get());
   GEARBOX_RETURN_IF_ERROR(uploaded);
+  const double checked_ms = ms_since(start);
 
   for (const format::TacticTable& table : core->desc_.tactic_tables) {
     if (table.device == options.device && table.library_versions == core->device_->library_versions()) {
@@ -182,6 +194,11 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     }
     core->max_dims_.push_back(std::move(dims));
   }
+  GEARBOX_LOG(kDebug,
+              "engine load (%.1f MB, %s device), ms from its start: parsed %.1f, device ready %.1f, weights "
+              "uploaded %.1f, payload checked %.1f, tactics and memory plans %.1f",
+              static_cast<double>(bytes.size()) / 1e6, device_kind_name(options.device), parsed_ms, device_ms,
+              uploaded_ms, checked_ms, ms_since(start));
   return core;
 }
 

@@ -1,5 +1,6 @@
 // gearbox::Engine and gearbox::Session: the public face of EngineCore and EngineHandle.
 #include "core/check.h"
+#include "core/log.h"
 #include "format/mapped_file.h"
 #include "gearbox/engine.h"
 #include "ir/shape_inference.h"
@@ -7,6 +8,7 @@
 #include "runtime/engine_handle.h"
 
 #include <algorithm>
+#include <chrono>
 #include <new>
 #include <string>
 
@@ -68,11 +70,18 @@ Session& Session::operator=(Session&&) noexcept = default;
 Session::~Session() = default;
 
 Result<Session> Session::create(const Engine& engine, const SessionOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto ms = [&start] {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  };
   Result<std::unique_ptr<internal::EngineHandle>> handle =
       internal::EngineHandle::create(engine.core(), options.default_request);
   if (!handle.ok()) return handle.status();
   Session session(std::move(*handle));
+  const double created_ms = ms();
   if (options.warm_up) GEARBOX_RETURN_IF_ERROR(session.warm_up());
+  GEARBOX_LOG(kDebug, "session: created in %.1f ms, warmed up %.1f ms after that%s", created_ms, ms() - created_ms,
+              options.warm_up ? "" : " (no warm-up asked for)");
   return session;
 }
 

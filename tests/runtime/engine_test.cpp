@@ -9,8 +9,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <mutex>
 #include <random>
+#include <string>
+#include <string_view>
+#include <vector>
 
+#include "gearbox/logging.h"
 #include "gearbox/profile_guard.h"
 #include "gemma_reference.h"
 #include "runtime/engine_core.h"
@@ -122,6 +127,40 @@ TEST(Engine, AllocateHostGivesMemoryARunWritesInto) {
   Result<HostMemory> empty = t.engine.allocate_host(0);
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->bytes(), 0);
+}
+
+// At debug level a load says where its time went: each phase's end in ms from its start, in
+// the order the phases end.
+TEST(Engine, ADebugLoadLogsItsPhasesInOrder) {
+  TestEngine t = make_engine(tiny_config(), decode_prefill_profiles(32));
+  std::vector<std::string> lines;
+  std::mutex mutex;
+  const LogLevel was = log_level();
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&](LogLevel level, std::string_view line) {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (level == LogLevel::kDebug && line.starts_with("engine load")) lines.emplace_back(line);
+  });
+  Result<Engine> loaded = load_bytes(t.bytes, DeviceKind::kCpu);
+  set_log_sink(nullptr);
+  set_log_level(was);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
+  ASSERT_EQ(lines.size(), 1u);
+  double parsed = -1, device = -1, uploaded = -1, checked = -1, planned = -1;
+  const size_t from = lines[0].find("parsed");
+  ASSERT_NE(from, std::string::npos) << lines[0];
+  ASSERT_EQ(std::sscanf(lines[0].c_str() + from,
+                        "parsed %lf, device ready %lf, weights uploaded %lf, payload checked %lf, tactics and "
+                        "memory plans %lf",
+                        &parsed, &device, &uploaded, &checked, &planned),
+            5)
+      << lines[0];
+  EXPECT_NE(lines[0].find("cpu device"), std::string::npos) << lines[0];
+  EXPECT_GE(parsed, 0.0);
+  EXPECT_LE(parsed, device);
+  EXPECT_LE(device, uploaded);
+  EXPECT_LE(uploaded, checked);
+  EXPECT_LE(checked, planned);
 }
 
 TEST(Engine, AllLogitsNetworkMatchesTheReferenceAtEveryPosition) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -73,10 +74,14 @@ TEST_F(WarmUp, LeavesTheProfileAndTheResultsAsTheyWere) {
 // computes.
 TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
   std::atomic<int> switches{0};
+  std::vector<std::string> created;  // the sessions' own debug lines, in order
+  std::mutex mutex;
   const LogLevel was = log_level();
   set_log_level(LogLevel::kDebug);
   set_log_sink([&](LogLevel, std::string_view line) {
     if (line.find("switched to profile") != std::string_view::npos) ++switches;
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (line.starts_with("session: created in")) created.emplace_back(line);
   });
   Session cold = session();
   EXPECT_EQ(switches.load(), 0);
@@ -87,6 +92,10 @@ TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
   set_log_level(was);
   ASSERT_TRUE(warm.ok()) << warm.status().to_string();
   EXPECT_EQ(switches.load(), 2);
+  ASSERT_EQ(created.size(), 2u);
+  EXPECT_NE(created[0].find("(no warm-up asked for)"), std::string::npos) << created[0];
+  EXPECT_NE(created[1].find("ms after that"), std::string::npos) << created[1];
+  EXPECT_EQ(created[1].find("no warm-up"), std::string::npos) << created[1];
   EXPECT_EQ(warm->active_profile(), 0);
   EXPECT_EQ(conversation(*warm), conversation(cold));
 }
