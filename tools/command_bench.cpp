@@ -7,7 +7,7 @@
 // and rounds of 1 prefill + N decodes with switching vs on the prefill profile only. With
 // --batch, only the load time and a batched engine's decode throughput at each batch size.
 // First of all, before this process loads the engine: process start to first token, as
-// fresh `gearbox generate` processes meet it.
+// fresh `gearbox generate` processes meet it, and when each reached its load's phases.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,8 +15,11 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -120,12 +123,62 @@ struct BenchArgs {
 // A number of the JSON, with six decimals (printf's %f): finer than the timings resolve.
 double json_number(double x) { return as_printed(x, "%f"); }
 
+// Where a fresh process's time to first token goes, in ms from the spawn, from the debug
+// lines of its engine load and its session (GEARBOX_LOG_LEVEL=debug in the child).
+struct FreshPhases {
+  double load_start_ms = 0;     // the load's own start: the process's start-up, its arguments
+  double device_ready_ms = 0;   // the device initialized (its first use in the process)
+  double uploaded_ms = 0;       // the weights on the device
+  double loaded_ms = 0;         // the engine ready: payload checked, tactics, memory plans
+  double session_ready_ms = 0;  // a session created and warmed up
+};
+
+// The phases of one child from its stderr; nullopt where a line is missing.
+std::optional<FreshPhases> fresh_phases(const std::vector<ChildLine>& messages) {
+  std::optional<FreshPhases> p;
+  bool session = false;
+  for (const ChildLine& line : messages) {
+    const size_t load = line.text.find("engine load (");
+    const size_t from = line.text.find("parsed ");
+    if (load != std::string::npos && from != std::string::npos && !p) {
+      double parsed = 0, device = 0, uploaded = 0, checked = 0, total = 0;
+      if (std::sscanf(line.text.c_str() + from,
+                      "parsed %lf, device ready %lf, weights uploaded %lf, payload checked %lf, tactics and memory "
+                      "plans %lf",
+                      &parsed, &device, &uploaded, &checked, &total) != 5) {
+        return std::nullopt;
+      }
+      p.emplace();
+      p->loaded_ms = line.ms;
+      p->load_start_ms = std::max(0.0, line.ms - total);
+      p->device_ready_ms = p->load_start_ms + device;
+      p->uploaded_ms = p->load_start_ms + uploaded;
+    } else if (p && !session && line.text.find("session: created in") != std::string::npos) {
+      p->session_ready_ms = line.ms;
+      session = true;
+    }
+  }
+  if (!session) return std::nullopt;
+  return p;
+}
+
 struct FreshProcesses {
   int64_t runs = 0;
   int64_t prompt_tokens = 0;
   double first_token_ms = 0;  // medians over the runs
   double exit_ms = 0;
+  std::optional<FreshPhases> phases;  // each phase's median, where every run logged them
 };
+
+// The phases as JSON: ms from the spawn, null where the children did not log them.
+nlohmann::ordered_json fresh_phases_json(const std::optional<FreshPhases>& p) {
+  if (!p) return nullptr;
+  return {{"load_start_ms", json_number(p->load_start_ms)},
+          {"device_ready_ms", json_number(p->device_ready_ms)},
+          {"weights_uploaded_ms", json_number(p->uploaded_ms)},
+          {"engine_ready_ms", json_number(p->loaded_ms)},
+          {"session_ready_ms", json_number(p->session_ready_ms)}};
+}
 
 // Process start to first token: `gearbox generate FILE --prompt-ids ... --max-new-tokens 1`
 // in `runs` fresh processes, one after another, with a prompt of min(128, the prefill
@@ -158,16 +211,28 @@ Result<FreshProcesses> time_fresh_processes(const std::string& file, const std::
   const std::vector<std::string> argv = {*self, "generate", file,  "--prompt-ids", csv, "--max-new-tokens",
                                          "1",   "--device", device};
   std::vector<double> first, exits;
+  std::vector<FreshPhases> phases;
   for (int64_t i = 0; i < runs; ++i) {
-    Result<ChildTiming> t = time_child(argv);
+    Result<ChildTiming> t = time_child(argv, {"GEARBOX_LOG_LEVEL=debug"});
     if (!t.ok()) return t.status().with_context("a fresh process");
     first.push_back(t->first_line_ms);
     exits.push_back(t->exit_ms);
+    if (std::optional<FreshPhases> p = fresh_phases(t->messages)) phases.push_back(*p);
   }
   out.runs = runs;
   out.prompt_tokens = tokens;
   out.first_token_ms = stats(first).median;
   out.exit_ms = stats(exits).median;
+  if (std::ssize(phases) == runs) {
+    const auto median = [&phases](double FreshPhases::*field) {
+      std::vector<double> v(phases.size());
+      std::transform(phases.begin(), phases.end(), v.begin(), [field](const FreshPhases& p) { return p.*field; });
+      return stats(v).median;
+    };
+    out.phases = FreshPhases{median(&FreshPhases::load_start_ms), median(&FreshPhases::device_ready_ms),
+                             median(&FreshPhases::uploaded_ms), median(&FreshPhases::loaded_ms),
+                             median(&FreshPhases::session_ready_ms)};
+  }
   return out;
 }
 
@@ -246,6 +311,15 @@ int run_bench(const BenchArgs& o) {
           "exit %.1f ms (median of %lld processes)\n",
           static_cast<long long>(fresh.prompt_tokens), fresh.first_token_ms, fresh.exit_ms,
           static_cast<long long>(fresh.runs));
+      if (fresh.phases) {
+        const FreshPhases& p = *fresh.phases;
+        std::printf(
+            "  ms from the process's start (medians): engine load started %.1f, device ready %.1f, weights "
+            "uploaded %.1f, engine ready %.1f, session warmed up %.1f, first token %.1f\n",
+            p.load_start_ms, p.device_ready_ms, p.uploaded_ms, p.loaded_ms, p.session_ready_ms, fresh.first_token_ms);
+      } else {
+        std::printf("  (the processes did not log their load's phases)\n");
+      }
     }
   }
   // Device memory the engine and its session take, against what they are made of.
@@ -419,7 +493,8 @@ int run_bench(const BenchArgs& o) {
                                   {{"runs", fresh.runs},
                                    {"prompt_tokens", fresh.prompt_tokens},
                                    {"first_token_ms", json_number(fresh.first_token_ms)},
-                                   {"exit_ms", json_number(fresh.exit_ms)}}},
+                                   {"exit_ms", json_number(fresh.exit_ms)},
+                                   {"phases", fresh_phases_json(fresh.phases)}}},
                                  {"decode", nlohmann::ordered_json::array()},
                                  {"prefill", nlohmann::ordered_json::array()}};
 

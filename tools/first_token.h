@@ -11,15 +11,23 @@
 
 namespace gearbox::cli {
 
-struct ChildTiming {
-  double first_line_ms = 0;  ///< from the spawn to the first line on the child's stdout
-  double exit_ms = 0;        ///< from the spawn to the child's exit
+/// A line the child wrote to its stderr, and when it arrived.
+struct ChildLine {
+  double ms = 0;  ///< from the spawn
+  std::string text;
 };
 
-/// Runs `argv` (argv[0] a path to the program) as a child process, its stdout into a pipe
-/// and its stderr into a temporary file, and times it. kInternal with the child's stderr
+struct ChildTiming {
+  double first_line_ms = 0;         ///< from the spawn to the first line on the child's stdout
+  double exit_ms = 0;               ///< from the spawn to the child's exit
+  std::vector<ChildLine> messages;  ///< the child's stderr, a line each
+};
+
+/// Runs `argv` (argv[0] a path to the program) as a child process, with this process's
+/// environment and `env` ("NAME=VALUE" entries, which replace inherited ones of the same
+/// name), its stdout and stderr into pipes, and times it. kInternal with the child's stderr
 /// (its tail) where it cannot start, prints no line, or exits with a status other than 0.
-Result<ChildTiming> time_child(const std::vector<std::string>& argv);
+Result<ChildTiming> time_child(const std::vector<std::string>& argv, const std::vector<std::string>& env = {});
 
 /// This executable's own path (/proc/self/exe).
 Result<std::string> own_executable();

@@ -74,6 +74,17 @@ if(NOT runs EQUAL 1 OR NOT prompt_tokens EQUAL 63 OR first_token_ms LESS_EQUAL 0
   message(FATAL_ERROR "fresh_process has runs ${runs} (want 1), prompt_tokens ${prompt_tokens} (want 63), "
                       "first_token_ms ${first_token_ms}, exit_ms ${exit_ms}:\n${doc}")
 endif()
+# Where its first token's time went, from its debug lines: phases in the order they end,
+# each within the process's life before the token.
+set(previous 0)
+foreach(key load_start_ms device_ready_ms weights_uploaded_ms engine_ready_ms session_ready_ms)
+  string(JSON value ERROR_VARIABLE error GET "${doc}" fresh_process phases ${key})
+  if(error OR value LESS previous OR value GREATER first_token_ms)
+    message(FATAL_ERROR "'fresh_process.phases.${key}' is '${value}' (${error}): not within "
+                        "[${previous}, ${first_token_ms}]:\n${doc}")
+  endif()
+  set(previous ${value})
+endforeach()
 string(JSON n GET "${doc}" distinct_lengths n)
 string(JSON first_ms GET "${doc}" distinct_lengths first_ms)
 if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
