@@ -138,21 +138,13 @@ std::optional<FreshPhases> fresh_phases(const std::vector<ChildLine>& messages) 
   std::optional<FreshPhases> p;
   bool session = false;
   for (const ChildLine& line : messages) {
-    const size_t load = line.text.find("engine load (");
-    const size_t from = line.text.find("parsed ");
-    if (load != std::string::npos && from != std::string::npos && !p) {
-      double parsed = 0, device = 0, uploaded = 0, checked = 0, total = 0;
-      if (std::sscanf(line.text.c_str() + from,
-                      "parsed %lf, device ready %lf, weights uploaded %lf, payload checked %lf, tactics and memory "
-                      "plans %lf",
-                      &parsed, &device, &uploaded, &checked, &total) != 5) {
-        return std::nullopt;
-      }
+    const std::optional<internal::LoadPhases> load = p ? std::nullopt : internal::parse_load_phases(line.text);
+    if (load) {
       p.emplace();
       p->loaded_ms = line.ms;
-      p->load_start_ms = std::max(0.0, line.ms - total);
-      p->device_ready_ms = p->load_start_ms + device;
-      p->uploaded_ms = p->load_start_ms + uploaded;
+      p->load_start_ms = std::max(0.0, line.ms - load->planned_ms);
+      p->device_ready_ms = p->load_start_ms + load->device_ready_ms;
+      p->uploaded_ms = p->load_start_ms + load->uploaded_ms;
     } else if (p && !session && line.text.find("session: created in") != std::string::npos) {
       p->session_ready_ms = line.ms;
       session = true;

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <future>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <system_error>
 
 #include "builder/builder.h"
@@ -31,6 +35,13 @@ std::future<Status> start_payload_check(std::span<const uint8_t> payload, const 
 double ms_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
+
+// load_phases_line's phases, and parse_load_phases' reading of them.
+constexpr char kPhasesWritten[] =
+    "parsed %.1f, device ready %.1f, weights uploaded %.1f, payload checked %.1f, tactics and memory plans %.1f";
+constexpr char kPhasesRead[] =
+    "parsed %lf, device ready %lf, weights uploaded %lf, payload checked %lf, tactics and memory plans %lf";
+constexpr std::string_view kLoadLine = "engine load (";
 
 BindingInfo binding(const ir::Network& net, int32_t tensor, const Dims& dims, std::vector<std::string> dim_names) {
   const ir::TensorInfo& t = net.tensors[static_cast<size_t>(tensor)];
@@ -94,13 +105,36 @@ Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, 
   return {};
 }
 
+std::string load_phases_line(const LoadPhases& p, size_t bytes, DeviceKind device) {
+  char phases[256];
+  std::snprintf(phases, sizeof phases, kPhasesWritten, p.parsed_ms, p.device_ready_ms, p.uploaded_ms, p.checked_ms,
+                p.planned_ms);
+  char head[96];
+  std::snprintf(head, sizeof head, "%.1f MB, %s device), ms from its start: ", static_cast<double>(bytes) / 1e6,
+                device_kind_name(device));
+  return std::string(kLoadLine) + head + phases;
+}
+
+std::optional<LoadPhases> parse_load_phases(std::string_view line) {
+  const size_t load = line.find(kLoadLine);
+  const size_t from = line.find("parsed ", load == std::string_view::npos ? line.size() : load);
+  if (from == std::string_view::npos) return std::nullopt;
+  const std::string phases(line.substr(from));
+  LoadPhases p;
+  if (std::sscanf(phases.c_str(), kPhasesRead, &p.parsed_ms, &p.device_ready_ms, &p.uploaded_ms, &p.checked_ms,
+                  &p.planned_ms) != 5) {
+    return std::nullopt;
+  }
+  return p;
+}
+
 Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> bytes, const EngineOptions& options) {
   // Where a load's time goes, for the debug log: each phase's end, in ms from the start.
   const auto start = std::chrono::steady_clock::now();
-  double parsed_ms = 0, device_ms = 0, uploaded_ms = 0;
+  LoadPhases phases;
   Result<format::ParsedEngine> parsed = format::parse_engine(bytes, format::PayloadCheck::kDeferred);
   if (!parsed.ok()) return parsed.status();
-  parsed_ms = ms_since(start);
+  phases.parsed_ms = ms_since(start);
   // The payload's checksum runs on a thread of its own while the weights upload: both read
   // the whole payload (from the page cache, or from the disk through the mapping). Its
   // verdict is taken first, so a damaged payload is reported as such whatever else fails.
@@ -112,7 +146,7 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<const DeviceBackend>> device = device_backend(options.device);
     if (!device.ok()) return device.status();
     core->device_ = *device;
-    device_ms = ms_since(start);
+    phases.device_ready_ms = ms_since(start);
     for (const ir::InputSpec& in : net.inputs) {
       const DataType declared = net.tensors[static_cast<size_t>(in.tensor)].dtype;
       if (core->device_->storage_type(declared) != declared) {
@@ -132,12 +166,12 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     Result<std::shared_ptr<DeviceWeights>> weights = core->device_->upload_weights(net, parsed->payload);
     if (!weights.ok()) return weights.status();
     core->weights_ = std::move(*weights);
-    uploaded_ms = ms_since(start);
+    phases.uploaded_ms = ms_since(start);
     return {};
   }();
   GEARBOX_RETURN_IF_ERROR(payload_checked.get());
   GEARBOX_RETURN_IF_ERROR(uploaded);
-  const double checked_ms = ms_since(start);
+  phases.checked_ms = ms_since(start);
 
   for (const format::TacticTable& table : core->desc_.tactic_tables) {
     if (table.device == options.device && table.library_versions == core->device_->library_versions()) {
@@ -194,11 +228,10 @@ Result<std::shared_ptr<EngineCore>> EngineCore::load(std::span<const uint8_t> by
     }
     core->max_dims_.push_back(std::move(dims));
   }
-  GEARBOX_LOG(kDebug,
-              "engine load (%.1f MB, %s device), ms from its start: parsed %.1f, device ready %.1f, weights "
-              "uploaded %.1f, payload checked %.1f, tactics and memory plans %.1f",
-              static_cast<double>(bytes.size()) / 1e6, device_kind_name(options.device), parsed_ms, device_ms,
-              uploaded_ms, checked_ms, ms_since(start));
+  if (log_enabled(LogLevel::kDebug)) {
+    phases.planned_ms = ms_since(start);
+    GEARBOX_LOG(kDebug, "%s", load_phases_line(phases, bytes.size(), options.device).c_str());
+  }
   return core;
 }
 

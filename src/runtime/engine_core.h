@@ -5,7 +5,10 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "format/engine_file.h"
@@ -14,6 +17,24 @@
 #include "runtime/memory_plan.h"
 
 namespace gearbox::internal {
+
+/// Where an engine load's time went: each phase's end, in ms from the load's start. A load
+/// logs them at debug level as one line (load_phases_line); `gearbox bench` reads them back
+/// from its fresh processes' logs (parse_load_phases).
+struct LoadPhases {
+  double parsed_ms = 0;
+  double device_ready_ms = 0;
+  double uploaded_ms = 0;
+  double checked_ms = 0;  ///< the payload's checksum verdict taken
+  double planned_ms = 0;  ///< tactics and memory plans: the load's end
+};
+
+/// "engine load (BYTES MB, DEVICE device), ms from its start: parsed ..., device ready ...".
+std::string load_phases_line(const LoadPhases& phases, size_t bytes, DeviceKind device);
+
+/// The phases of a line load_phases_line wrote (a log line's prefix allowed); nullopt for
+/// any other line.
+std::optional<LoadPhases> parse_load_phases(std::string_view line);
 
 class EngineCore {
  public:

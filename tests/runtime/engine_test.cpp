@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
@@ -146,21 +147,14 @@ TEST(Engine, ADebugLoadLogsItsPhasesInOrder) {
   set_log_level(was);
   ASSERT_TRUE(loaded.ok()) << loaded.status().to_string();
   ASSERT_EQ(lines.size(), 1u);
-  double parsed = -1, device = -1, uploaded = -1, checked = -1, planned = -1;
-  const size_t from = lines[0].find("parsed");
-  ASSERT_NE(from, std::string::npos) << lines[0];
-  ASSERT_EQ(std::sscanf(lines[0].c_str() + from,
-                        "parsed %lf, device ready %lf, weights uploaded %lf, payload checked %lf, tactics and "
-                        "memory plans %lf",
-                        &parsed, &device, &uploaded, &checked, &planned),
-            5)
-      << lines[0];
+  const std::optional<internal::LoadPhases> p = internal::parse_load_phases(lines[0]);
+  ASSERT_TRUE(p.has_value()) << lines[0];
   EXPECT_NE(lines[0].find("cpu device"), std::string::npos) << lines[0];
-  EXPECT_GE(parsed, 0.0);
-  EXPECT_LE(parsed, device);
-  EXPECT_LE(device, uploaded);
-  EXPECT_LE(uploaded, checked);
-  EXPECT_LE(checked, planned);
+  EXPECT_GE(p->parsed_ms, 0.0);
+  EXPECT_LE(p->parsed_ms, p->device_ready_ms);
+  EXPECT_LE(p->device_ready_ms, p->uploaded_ms);
+  EXPECT_LE(p->uploaded_ms, p->checked_ms);
+  EXPECT_LE(p->checked_ms, p->planned_ms);
 }
 
 TEST(Engine, AllLogitsNetworkMatchesTheReferenceAtEveryPosition) {
