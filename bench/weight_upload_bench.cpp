@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/elapsed.h"
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/weight_upload.h"
 #include "format/engine_file.h"
@@ -36,7 +37,7 @@ double median_ms(int repeats, const std::function<bool()>& run) {
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
     if (!run()) return -1;
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(internal::ms_since(t0));
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];

@@ -7,6 +7,7 @@
 #include <span>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "gearbox/profile_guard.h"
 #include "json_line.h"
 
@@ -192,7 +193,7 @@ Result<nlohmann::ordered_json> bench_batches(Runner& runner, const BatchPlan& pl
           s = into == Logits::kTensor ? session.run(in, std::span(&logits, 1)) : session.run(in, std::span(&view, 1));
           if (into == Logits::kDevice && s.ok()) s = session.synchronize();
         }
-        const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        const double t = internal::ms_since(t0);
         GEARBOX_RETURN_IF_ERROR(s.with_context(what));
         if (into == Logits::kTensor) {
           check(b, what);

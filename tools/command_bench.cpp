@@ -28,6 +28,7 @@
 #include "cli_args.h"
 #include "commands.h"
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/output_file.h"
 #include "devices/cuda/device_probe.h"
 #include "first_token.h"
@@ -320,8 +321,7 @@ int run_bench(const BenchArgs& o) {
   // Load time: the engine read, its weights uploaded, and a session created (Runner::open).
   const auto open_start = std::chrono::steady_clock::now();
   Result<Runner> opened = Runner::open(file, *device);
-  const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - open_start).count();
+  const double load_ms = internal::ms_since(open_start);
   if (!opened.ok()) return fail("bench", opened.status());
   Runner& r = *opened;
   std::error_code size_error;
@@ -416,7 +416,7 @@ int run_bench(const BenchArgs& o) {
   {
     const auto t0 = std::chrono::steady_clock::now();
     fresh_session();
-    session_create_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    session_create_ms = internal::ms_since(t0);
     std::vector<double> ms;
     for (int i = 0; i < 9; ++i) {
       double t = 0;
@@ -521,8 +521,7 @@ int run_bench(const BenchArgs& o) {
       const auto t0 = std::chrono::steady_clock::now();
       must(r.call({ids(1, r.vocab())[0]}, context + i, ProfileRequest::pinned(p), device_logits));
       must(r.session().synchronize());
-      if (i >= 3)
-        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      if (i >= 3) ms.push_back(internal::ms_since(t0));
       check(p, nullptr);
     }
     const Stats sd = stats(ms);
@@ -663,7 +662,7 @@ int run_bench(const BenchArgs& o) {
         must(r.call({7}, context + i, ProfileRequest::pinned(mode == 0 ? decode : prefill), logits));
         check(mode == 0 ? decode : prefill, nullptr);
       }
-      totals.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      totals.push_back(internal::ms_since(t0));
       check(mode == 0 ? decode : prefill, &logits);  // and the round's last logits
     }
     round_ms[mode] = stats(totals).median;

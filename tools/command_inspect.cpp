@@ -10,6 +10,7 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "core/elapsed.h"
 #include "format/engine_file.h"
 #include "format/mapped_file.h"
 #include "gearbox/engine.h"
@@ -45,7 +46,7 @@ int print_load_time(const std::string& file, const format::EngineDesc& d, Device
   options.tactic_cache = "";
   const auto t0 = std::chrono::steady_clock::now();
   Result<Engine> engine = Engine::load_file(file, options);
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms = internal::ms_since(t0);
   if (!engine.ok()) return fail("inspect", engine.status());
   std::printf("load on %s: %.1f ms (%.1f MB file, %.2f GB/s): mapped, parsed, weights uploaded\n",
               device_kind_name(device), ms, static_cast<double>(file_bytes) / 1e6,

@@ -17,12 +17,10 @@
 #include <system_error>
 #include <vector>
 
+#include "core/elapsed.h"
+
 namespace gearbox::cli {
 namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string errno_text(int e) { return std::error_code(e, std::generic_category()).message(); }
 
@@ -107,7 +105,7 @@ Result<ChildTiming> time_child(const std::vector<std::string>& argv, const std::
       if (errno == EINTR) continue;
       break;
     }
-    const double now = ms_since(t0);
+    const double now = internal::ms_since(t0);
     for (int f = 0; f < 2; ++f) {
       if (fds[f].fd < 0 || fds[f].revents == 0) continue;
       const ssize_t n = read(fds[f].fd, buffer, sizeof buffer);
@@ -131,11 +129,11 @@ Result<ChildTiming> time_child(const std::vector<std::string>& argv, const std::
       }
     }
   }
-  if (!partial.empty()) timing.messages.push_back({ms_since(t0), partial});
+  if (!partial.empty()) timing.messages.push_back({internal::ms_since(t0), partial});
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  timing.exit_ms = ms_since(t0);
+  timing.exit_ms = internal::ms_since(t0);
   const bool exited = WIFEXITED(status) && WEXITSTATUS(status) == 0;
   if (!exited || !line) {
     const std::string how = !WIFEXITED(status) ? "was killed by signal " + std::to_string(WTERMSIG(status))

@@ -7,16 +7,11 @@
 #include <thread>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "logits_scan.h"
 
 namespace gearbox::cli {
-namespace {
-
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vector<int64_t>>& prompts,
                                     const BatchOptions& options) {
@@ -89,7 +84,7 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
         ++end;
       }
       std::vector<Runner::Row> rows;
-      const double wait_ms = ms_since(start);
+      const double wait_ms = internal::ms_since(start);
       for (size_t a = first; a < end; ++a) rows.push_back({prompts[admitted[a].index], 0, admitted[a].slot});
       double ms = 0;
       Result<Logits> logits = call(rows, &ms);
@@ -137,7 +132,7 @@ Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vecto
       if (ended(running[r].index)) GEARBOX_RETURN_IF_ERROR(finish(r));
     }
   }
-  out.wall_ms = ms_since(start);
+  out.wall_ms = internal::ms_since(start);
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "cli_args.h"
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "gearbox/binding_names.h"
 #include "gearbox/profile_guard.h"
 #include "logits_scan.h"
@@ -97,7 +98,7 @@ Status Runner::call_with(const std::vector<int64_t>& ids, int64_t start, const P
       break;
     }
   }
-  if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ms != nullptr) *ms = internal::ms_since(t0);
   return s;
 }
 
@@ -134,7 +135,7 @@ Status Runner::call_rows_with(const std::vector<Row>& rows, Output& logits, doub
     auto g = OptimizationProfileGuard::automatic();
     s = session_.run(std::span(in, slots ? 3 : 2), std::span(&logits, 1));
   }
-  if (ms != nullptr) *ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  if (ms != nullptr) *ms = internal::ms_since(t0);
   return s;
 }
 

@@ -11,6 +11,7 @@
 
 #include "builder/builder.h"
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "format/mapped_file.h"
 #include "format/tactic_cache.h"
@@ -30,10 +31,6 @@ std::future<Status> start_payload_check(std::span<const uint8_t> payload, const 
     checked.set_value(format::check_payload(payload, digests));
     return checked.get_future();
   }
-}
-
-double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 // load_phases_line's phases, and parse_load_phases' reading of them.

@@ -1,5 +1,6 @@
 // gearbox::Engine and gearbox::Session: the public face of EngineCore and EngineHandle.
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "format/mapped_file.h"
 #include "gearbox/engine.h"
@@ -71,9 +72,7 @@ Session::~Session() = default;
 
 Result<Session> Session::create(const Engine& engine, const SessionOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const auto ms = [&start] {
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  };
+  const auto ms = [&start] { return internal::ms_since(start); };
   Result<std::unique_ptr<internal::EngineHandle>> handle =
       internal::EngineHandle::create(engine.core(), options.default_request);
   if (!handle.ok()) return handle.status();
