@@ -20,6 +20,7 @@
 #include "devices/cpu/kernels.h"
 #include "devices/cuda/backend.h"
 #include "devices/cuda/capture_lock.h"
+#include "devices/cuda/cublaslt_library.h"
 #include "devices/cuda/dispatch.h"
 #include "devices/cuda/gemm_cublaslt.h"
 #include "devices/cuda/graphs.h"
@@ -570,6 +571,8 @@ Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
       (void)cudaGetLastError();
       return not_found("no CUDA device is available (no GPU or no driver); use --device cpu");
     }
+    // cuBLASLt loads beside the context's creation, which cudaSetDevice begins.
+    cuda::start_loading_cublaslt();
     GEARBOX_CUDA(cudaSetDevice(0));
     cudaDeviceProp prop{};
     GEARBOX_CUDA(cudaGetDeviceProperties(&prop, 0));

@@ -1,4 +1,5 @@
-// cuBLASLt GEMM: descriptors per call (host-only, cheap), workspace and handle per object.
+// cuBLASLt GEMM: descriptors per call (host-only, cheap), workspace and handle per object;
+// the library itself loaded when the first object is created (cublaslt_library.h).
 // See gemm_cublaslt.h for the layout mapping and the numerics.
 
 #include "devices/cuda/gemm_cublaslt.h"
@@ -10,17 +11,26 @@
 #include <limits>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "devices/cuda/capture_lock.h"
+#include "devices/cuda/cublaslt_library.h"
 #include "devices/cuda/kernels/elementwise.cuh"
 
 namespace gearbox::cuda {
 namespace {
 
-Status cublas_error(cublasStatus_t status, const char* call, int line) {
-  return device_error(std::string(call) + " failed: " + cublasLtGetStatusName(status) + " (" +
-                      cublasLtGetStatusString(status) + ") at gemm_cublaslt.cpp:" + std::to_string(line));
+/// The loaded library. Everything below runs for a CublasLtGemm, whose create() loaded it.
+const CublasLtLibrary& lt() {
+  static const CublasLtLibrary* const library = cublaslt().value();
+  return *library;
+}
+
+Status cublas_error(cublasStatus_t status, std::string_view call, int line) {
+  if (call.starts_with("lt().")) call.remove_prefix(5);  // the C API's name, as the documentation spells it
+  return device_error(std::string(call) + " failed: " + lt().cublasLtGetStatusName(status) + " (" +
+                      lt().cublasLtGetStatusString(status) + ") at gemm_cublaslt.cpp:" + std::to_string(line));
 }
 
 Status cuda_error(cudaError_t err, const char* call, int line) {
@@ -83,10 +93,10 @@ bool sums_in_compute_type(const cublasLtMatmulAlgo_t& algo) {
   int32_t splits = 1;
   uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
   size_t written = 0;
-  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written) !=
-          CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
-                                           &written) != CUBLAS_STATUS_SUCCESS) {
+  if (lt().cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                                &written) != CUBLAS_STATUS_SUCCESS ||
+      lt().cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                                &written) != CUBLAS_STATUS_SUCCESS) {
     return true;
   }
   return splits <= 1 || scheme == CUBLASLT_REDUCTION_SCHEME_NONE || scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
@@ -100,26 +110,29 @@ class MatmulDescs {
   MatmulDescs& operator=(const MatmulDescs&) = delete;
   ~MatmulDescs() {
     // Destruction failures are not actionable; the descriptors are host memory.
-    if (d_ != nullptr) (void)cublasLtMatrixLayoutDestroy(d_);
-    if (b_ != nullptr) (void)cublasLtMatrixLayoutDestroy(b_);
-    if (a_ != nullptr) (void)cublasLtMatrixLayoutDestroy(a_);
-    if (op_ != nullptr) (void)cublasLtMatmulDescDestroy(op_);
+    if (d_ != nullptr) (void)lt().cublasLtMatrixLayoutDestroy(d_);
+    if (b_ != nullptr) (void)lt().cublasLtMatrixLayoutDestroy(b_);
+    if (a_ != nullptr) (void)lt().cublasLtMatrixLayoutDestroy(a_);
+    if (op_ != nullptr) (void)lt().cublasLtMatmulDescDestroy(op_);
   }
 
   /// out_type: y's elements, f32 or weight_type.
   Status init(int64_t M, int64_t N, int64_t K, DataType weight_type, DataType out_type) {
     const cudaDataType_t ab = cuda_type(weight_type);
-    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const cublasOperation_t transa = CUBLAS_OP_T;
     const cublasOperation_t transb = CUBLAS_OP_N;
-    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
-    GEARBOX_CUBLASLT_TRY(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+    GEARBOX_CUBLASLT_TRY(
+        lt().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+    GEARBOX_CUBLASLT_TRY(
+        lt().cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
     const auto m = static_cast<uint64_t>(M);
     const auto n = static_cast<uint64_t>(N);
     const auto k = static_cast<uint64_t>(K);
-    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&a_, ab, k, n, static_cast<int64_t>(k)));  // W: K x N, ld K
-    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&b_, ab, k, m, static_cast<int64_t>(k)));  // x^T: K x M, ld K
-    GEARBOX_CUBLASLT_TRY(cublasLtMatrixLayoutCreate(&d_, cuda_type(out_type), n, m, static_cast<int64_t>(n)));  // y^T
+    GEARBOX_CUBLASLT_TRY(lt().cublasLtMatrixLayoutCreate(&a_, ab, k, n, static_cast<int64_t>(k)));  // W: K x N, ld K
+    GEARBOX_CUBLASLT_TRY(lt().cublasLtMatrixLayoutCreate(&b_, ab, k, m, static_cast<int64_t>(k)));  // x^T: K x M, ld K
+    GEARBOX_CUBLASLT_TRY(
+        lt().cublasLtMatrixLayoutCreate(&d_, cuda_type(out_type), n, m, static_cast<int64_t>(n)));  // y^T
     return Status::ok_status();
   }
 
@@ -141,28 +154,28 @@ class MatmulPreference {
   MatmulPreference(const MatmulPreference&) = delete;
   MatmulPreference& operator=(const MatmulPreference&) = delete;
   ~MatmulPreference() {
-    if (pref_ != nullptr) (void)cublasLtMatmulPreferenceDestroy(pref_);
+    if (pref_ != nullptr) (void)lt().cublasLtMatmulPreferenceDestroy(pref_);
   }
 
   /// out_type: y's elements. A 16-bit y admits no split-K algorithm that adds its partial
   /// sums in the output type (in place, or in a workspace of the output type): each partial
   /// would be rounded to bf16 / f16 before the sum, several ulps off where they cancel.
   Status init(DataType out_type) {
-    GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceCreate(&pref_));
+    GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulPreferenceCreate(&pref_));
     if (out_type != DataType::kF32) {
       const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-      GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                                &schemes, sizeof(schemes)));
+      GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                                     &schemes, sizeof(schemes)));
     }
     const uint64_t workspace = CublasLtGemm::kWorkspaceBytes;
-    GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                              &workspace, sizeof(workspace)));
+    GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulPreferenceSetAttribute(pref_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                                   &workspace, sizeof(workspace)));
     // Only algorithms that work with the alignment run() checks (default: 256 bytes).
     const auto alignment = static_cast<uint32_t>(CublasLtGemm::kAlignment);
     for (const cublasLtMatmulPreferenceAttributes_t attr :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-      GEARBOX_CUBLASLT_TRY(cublasLtMatmulPreferenceSetAttribute(pref_, attr, &alignment, sizeof(alignment)));
+      GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulPreferenceSetAttribute(pref_, attr, &alignment, sizeof(alignment)));
     }
     return Status::ok_status();
   }
@@ -176,15 +189,16 @@ class MatmulPreference {
 }  // namespace
 
 Result<std::unique_ptr<CublasLtGemm>> CublasLtGemm::create() {
+  if (Result<const CublasLtLibrary*> library = cublaslt(); !library.ok()) return library.status();
   cublasLtHandle_t handle = nullptr;
-  const cublasStatus_t status = cublasLtCreate(&handle);
+  const cublasStatus_t status = lt().cublasLtCreate(&handle);
   if (status != CUBLAS_STATUS_SUCCESS) return cublas_error(status, "cublasLtCreate(&handle)", __LINE__);
   void* workspace = nullptr;
   std::unique_lock<std::mutex> lock(internal::cuda_capture_mutex());
   const cudaError_t err = cudaMalloc(&workspace, kWorkspaceBytes);
   lock.unlock();
   if (err != cudaSuccess) {
-    (void)cublasLtDestroy(handle);
+    (void)lt().cublasLtDestroy(handle);
     if (err == cudaErrorMemoryAllocation) {
       (void)cudaGetLastError();
       return resource_exhausted("cannot allocate the 32 MiB cuBLASLt workspace: the device is out of memory");
@@ -198,7 +212,7 @@ CublasLtGemm::~CublasLtGemm() {
   // A destructor cannot report: a failure here means the context is already gone.
   const std::lock_guard<std::mutex> lock(internal::cuda_capture_mutex());
   (void)cudaFree(workspace_);
-  (void)cublasLtDestroy(handle_);
+  (void)lt().cublasLtDestroy(handle_);
 }
 
 int64_t CublasLtGemm::scratch_bytes(int64_t M, int64_t K, DataType weight_type) {
@@ -219,8 +233,8 @@ Status CublasLtGemm::heuristics(int64_t M, int64_t N, int64_t K, DataType weight
   if (Status s = pref.init(out_type); !s.ok()) return s;
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_algos));
   int found = 0;
-  GEARBOX_CUBLASLT_TRY(cublasLtMatmulAlgoGetHeuristic(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(),
-                                                      pref.get(), max_algos, results.data(), &found));
+  GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmulAlgoGetHeuristic(handle_, descs.op(), descs.a(), descs.b(), descs.d(),
+                                                           descs.d(), pref.get(), max_algos, results.data(), &found));
   for (int i = 0; i < found; ++i) {
     const cublasLtMatmulHeuristicResult_t& r = results[static_cast<size_t>(i)];
     if (r.state == CUBLAS_STATUS_SUCCESS && (out_type == DataType::kF32 || sums_in_compute_type(r.algo))) {
@@ -242,7 +256,7 @@ bool CublasLtGemm::algo_supports(const cublasLtMatmulAlgo_t& algo, int64_t M, in
   if (!descs.init(M, N, K, weight_type, DataType::kF32).ok()) return false;
   cublasLtMatmulHeuristicResult_t result{};
   const cublasStatus_t status =
-      cublasLtMatmulAlgoCheck(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(), &algo, &result);
+      lt().cublasLtMatmulAlgoCheck(handle_, descs.op(), descs.a(), descs.b(), descs.d(), descs.d(), &algo, &result);
   return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= kWorkspaceBytes;
 }
 
@@ -325,14 +339,16 @@ Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, con
   }
   const float alpha = 1.0f;
   const float beta = 0.0f;
-  GEARBOX_CUBLASLT_TRY(cublasLtMatmul(handle_, descs.op(), &alpha, w, descs.a(), b, descs.b(), &beta, y, descs.d(), y,
-                                      descs.d(), &chosen, workspace_, kWorkspaceBytes, launch.stream));
+  GEARBOX_CUBLASLT_TRY(lt().cublasLtMatmul(handle_, descs.op(), &alpha, w, descs.a(), b, descs.b(), &beta, y, descs.d(),
+                                           y, descs.d(), &chosen, workspace_, kWorkspaceBytes, launch.stream));
   if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, launch));
   return Status::ok_status();
 }
 
 std::string CublasLtGemm::version() {
-  const size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  Result<const CublasLtLibrary*> library = cublaslt();
+  if (!library.ok()) return "cublasLt not loaded";    // matches no tactic table; create() says why
+  const size_t v = (*library)->cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
   return "cublasLt " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 

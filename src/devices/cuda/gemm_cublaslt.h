@@ -45,8 +45,9 @@ class CublasLtGemm {
   /// Alignment run() requires of every pointer, and heuristics() assumes.
   static constexpr size_t kAlignment = 16;
 
-  /// A handle and a workspace on the current device. Errors: kDeviceError (cuBLASLt or
-  /// cudaMalloc failed), kResourceExhausted (no memory for the workspace).
+  /// A handle and a workspace on the current device; loads the library first where no load
+  /// has begun (cublaslt_library.h). Errors: kDeviceError (the library cannot be loaded,
+  /// cuBLASLt or cudaMalloc failed), kResourceExhausted (no memory for the workspace).
   static Result<std::unique_ptr<CublasLtGemm>> create();
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
@@ -93,7 +94,8 @@ class CublasLtGemm {
   Status run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                DataType weight_type, void* y, int64_t M, int64_t N, int64_t K, const Launch& launch);
 
-  /// "cublasLt X.Y.Z" of the library loaded at run time.
+  /// "cublasLt X.Y.Z" of the library loaded at run time (loaded here where no load has
+  /// begun), or "cublasLt not loaded" where it cannot be: create() then says why.
   static std::string version();
 
  private:
