@@ -1,10 +1,12 @@
 #include "runtime/engine_handle.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
 #include "core/check.h"
+#include "core/elapsed.h"
 #include "core/log.h"
 #include "gearbox/profile_guard.h"
 #include "ir/shape_inference.h"
@@ -294,8 +296,16 @@ Status EngineHandle::warm_up() {
         };
         outputs.push_back(std::move(arg));
       }
+      const auto start = std::chrono::steady_clock::now();
       const Status s = run_profile(inputs, dims, outputs, p, stream, true);
-      if (s.ok()) continue;
+      if (s.ok()) {
+        // Host outputs: the call has finished on the device when run_profile returns.
+        if (log_enabled(LogLevel::kDebug)) {
+          GEARBOX_LOG(kDebug, "warm-up: profile %s at %s in %.1f ms", engine_->describe_profile(p).c_str(),
+                      dims_list(bindings, dims).c_str(), internal::ms_since(start));
+        }
+        continue;
+      }
       const std::string where =
           "warming up profile " + engine_->describe_profile(p) + " at " + dims_list(bindings, dims);
       // A shape the model refuses (inputs whose extents must relate otherwise) is skipped:

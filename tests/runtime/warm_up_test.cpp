@@ -71,10 +71,11 @@ TEST_F(WarmUp, LeavesTheProfileAndTheResultsAsTheyWere) {
 
 // SessionOptions::warm_up: create() warms the session up (it switches to the prefill profile
 // and back: two switches a cold create does not make), and it computes what a cold session
-// computes.
+// computes. Its debug lines: the session's creation and warm-up, and each warm-up call.
 TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
   std::atomic<int> switches{0};
   std::vector<std::string> created;  // the sessions' own debug lines, in order
+  std::vector<std::string> calls;    // the warm-up's, a line a call
   std::mutex mutex;
   const LogLevel was = log_level();
   set_log_level(LogLevel::kDebug);
@@ -82,6 +83,7 @@ TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
     if (line.find("switched to profile") != std::string_view::npos) ++switches;
     const std::lock_guard<std::mutex> lock(mutex);
     if (line.starts_with("session: created in")) created.emplace_back(line);
+    if (line.starts_with("warm-up: profile")) calls.emplace_back(line);
   });
   Session cold = session();
   EXPECT_EQ(switches.load(), 0);
@@ -96,6 +98,11 @@ TEST_F(WarmUp, CreateWarmsUpWhereTheOptionsSay) {
   EXPECT_NE(created[0].find("(no warm-up asked for)"), std::string::npos) << created[0];
   EXPECT_NE(created[1].find("ms after that"), std::string::npos) << created[1];
   EXPECT_EQ(created[1].find("no warm-up"), std::string::npos) << created[1];
+  // One line a warm-up call (the CPU device: one a profile), naming the profile and the shape.
+  ASSERT_EQ(calls.size(), 2u);
+  EXPECT_TRUE(calls[0].starts_with("warm-up: profile 0 '")) << calls[0];
+  EXPECT_TRUE(calls[1].starts_with("warm-up: profile 1 '")) << calls[1];
+  for (const std::string& c : calls) EXPECT_NE(c.find(" ms"), std::string::npos) << c;
   EXPECT_EQ(warm->active_profile(), 0);
   EXPECT_EQ(conversation(*warm), conversation(cold));
 }
