@@ -11,7 +11,6 @@
 #include "logits_scan.h"
 
 namespace gearbox::cli {
-namespace {}  // namespace
 
 Result<BatchOutcome> generate_batch(Runner& runner, const std::vector<std::vector<int64_t>>& prompts,
                                     const BatchOptions& options) {

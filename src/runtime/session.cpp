@@ -72,15 +72,14 @@ Session::~Session() = default;
 
 Result<Session> Session::create(const Engine& engine, const SessionOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  const auto ms = [&start] { return internal::ms_since(start); };
   Result<std::unique_ptr<internal::EngineHandle>> handle =
       internal::EngineHandle::create(engine.core(), options.default_request);
   if (!handle.ok()) return handle.status();
   Session session(std::move(*handle));
-  const double created_ms = ms();
+  const double created_ms = internal::ms_since(start);
   if (options.warm_up) GEARBOX_RETURN_IF_ERROR(session.warm_up());
-  GEARBOX_LOG(kDebug, "session: created in %.1f ms, warmed up %.1f ms after that%s", created_ms, ms() - created_ms,
-              options.warm_up ? "" : " (no warm-up asked for)");
+  GEARBOX_LOG(kDebug, "session: created in %.1f ms, warmed up %.1f ms after that%s", created_ms,
+              internal::ms_since(start) - created_ms, options.warm_up ? "" : " (no warm-up asked for)");
   return session;
 }
 
