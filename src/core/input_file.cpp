@@ -34,15 +34,6 @@ void remember(const struct stat& st) {
   if (std::find(inputs.files.begin(), inputs.files.end(), id) == inputs.files.end()) inputs.files.push_back(id);
 }
 
-const char* file_type_name(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 std::string size_text(uint64_t bytes) {
   if (bytes >= kMiB && bytes % kMiB == 0) return std::to_string(bytes / kMiB) + " MiB";
   return std::to_string(bytes) + " bytes";
@@ -167,6 +158,15 @@ Result<std::string> read_input_file(const std::string& path, InputKind kind) {
   Result<InputFile> file = InputFile::open(path, kind);
   if (!file.ok()) return file.status();
   return file->read_all();
+}
+
+const char* file_type_name(mode_t mode) noexcept {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
 bool opened_as_input(dev_t device, ino_t inode) {

@@ -75,4 +75,8 @@ Result<std::string> read_input_file(const std::string& path, InputKind kind);
 /// process: an output must not replace it.
 bool opened_as_input(dev_t device, ino_t inode);
 
+/// What a file of this st_mode is called in a refusal ("a directory", "a FIFO (named
+/// pipe)", ...); "not a regular file" for any other kind. Never null.
+const char* file_type_name(mode_t mode) noexcept;
+
 }  // namespace gearbox

@@ -26,15 +26,6 @@ std::string parent_of(const std::string& path) {
   return path.substr(0, slash);
 }
 
-const char* node_name(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 // An existing destination gearbox may replace: a regular file that is no input. Sets
 // `mode` to its permission bits (or leaves it when there is no file). `exists` says
 // whether there is one.
@@ -53,7 +44,7 @@ Status check_destination(const std::string& path, std::string_view what, bool re
                                " is a symbolic link; gearbox does not replace one (give the path it points to)");
   }
   if (!S_ISREG(st.st_mode)) {
-    return failed_precondition("the " + std::string(what) + " " + quoted(path) + " is " + node_name(st.st_mode) +
+    return failed_precondition("the " + std::string(what) + " " + quoted(path) + " is " + file_type_name(st.st_mode) +
                                ", not a file gearbox may replace");
   }
   if (refuse_inputs && opened_as_input(st.st_dev, st.st_ino)) {
