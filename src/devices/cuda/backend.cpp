@@ -571,8 +571,9 @@ Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
       (void)cudaGetLastError();
       return not_found("no CUDA device is available (no GPU or no driver); use --device cpu");
     }
-    // cuBLASLt loads beside the context's creation, which cudaSetDevice begins.
-    cuda::start_loading_cublaslt();
+    // cuBLASLt loads beside the context's creation, which cudaSetDevice begins, and then
+    // does its first-use work beside the engine's load.
+    cuda::start_loading_cublaslt(&cuda::CublasLtGemm::prime);
     GEARBOX_CUDA(cudaSetDevice(0));
     cudaDeviceProp prop{};
     GEARBOX_CUDA(cudaGetDeviceProperties(&prop, 0));

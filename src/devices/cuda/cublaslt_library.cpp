@@ -5,10 +5,13 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <system_error>
+#include <thread>
 
 namespace gearbox::cuda {
 namespace {
@@ -74,6 +77,7 @@ Loaded load() {
 struct Loader {
   std::mutex mutex;
   std::shared_future<Loaded> loaded;  // valid once a load has begun
+  std::shared_future<void> done;      // the loading thread's end, its `then` included
 };
 
 Loader& loader() {
@@ -85,15 +89,35 @@ Loader& loader() {
 
 const char* cublaslt_library_name() { return kLibraryName; }
 
-void start_loading_cublaslt() {
+void start_loading_cublaslt(void (*then)()) {
   Loader& l = loader();
   const std::lock_guard<std::mutex> lock(l.mutex);
   if (l.loaded.valid()) return;
+  auto loaded = std::make_shared<std::promise<Loaded>>();
+  auto done = std::make_shared<std::promise<void>>();
   try {
-    l.loaded = std::async(std::launch::async, load).share();
+    std::thread([loaded, done, then] {
+      Loaded out = load();
+      const bool ok = out.status.ok();
+      loaded->set_value(std::move(out));
+      if (ok && then != nullptr) then();
+      done->set_value();
+    }).detach();
   } catch (const std::system_error&) {
-    // No thread: cublaslt() loads on its caller's.
+    return;  // no thread: cublaslt() loads on its caller's
   }
+  l.loaded = loaded->get_future().share();
+  l.done = done->get_future().share();
+  // The thread may still use the device when main returns: exit waits for it before the
+  // CUDA runtime's own teardown, which was registered earlier and so runs later.
+  std::atexit([] {
+    std::shared_future<void> end;
+    {
+      const std::lock_guard<std::mutex> held(loader().mutex);
+      end = loader().done;
+    }
+    if (end.valid()) end.wait();
+  });
 }
 
 Result<const CublasLtLibrary*> cublaslt() {

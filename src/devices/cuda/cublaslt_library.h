@@ -3,7 +3,8 @@
 // that links gearbox, whatever device it uses: about a tenth of a second and 200 MB of
 // memory. Loaded with dlopen instead, it costs nothing on the CPU device, and on the CUDA
 // device its load runs on a thread of its own beside the device's initialization
-// (cuda_backend starts it), off the path to an engine's first token.
+// (cuda_backend starts it), off the path to an engine's first token; the same thread then
+// does cuBLASLt's own first-use work (CublasLtGemm::prime) beside the engine's load.
 #pragma once
 
 #include <cublasLt.h>
@@ -40,8 +41,10 @@ const char* cublaslt_library_name();
 
 /// Starts loading the library on a thread of its own, once per process; a later call, or one
 /// after cublaslt() has loaded it, does nothing. Where no thread can be started, cublaslt()
-/// loads it on its caller's thread.
-void start_loading_cublaslt();
+/// loads it on its caller's thread. `then` (nullable) runs on that thread once the library
+/// is loaded, after cublaslt() has its result: work that warms cuBLASLt up beside the
+/// caller's own (CublasLtGemm::prime). The process waits for it at exit.
+void start_loading_cublaslt(void (*then)() = nullptr);
 
 /// The loaded library: waits for a load start_loading_cublaslt() began, or loads it now. A
 /// library that cannot be opened, or lacks an entry point, is an error naming the file and

@@ -6,14 +6,20 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 
+#include "core/elapsed.h"
+#include "core/log.h"
 #include "devices/cuda/capture_lock.h"
 #include "devices/cuda/cublaslt_library.h"
 #include "devices/cuda/kernels/elementwise.cuh"
@@ -343,6 +349,78 @@ Status CublasLtGemm::matmul(const cublasLtMatmulAlgo_t* algo, const void* b, con
                                            y, descs.d(), &chosen, workspace_, kWorkspaceBytes, launch.stream));
   if (bias != nullptr) GEARBOX_CUDA_TRY(add_bias_rows(static_cast<float*>(y), bias, M, N, launch));
   return Status::ok_status();
+}
+
+namespace {
+
+/// What CublasLtGemm::prime's work for one output type took, in ms; negative where a step
+/// failed and the rest did not run.
+struct PrimeTimes {
+  double handle = -1, heuristic = -1, gemm = -1;
+};
+
+/// A handle, then the first heuristic query and GEMM of a small bf16 shape with `out_type`
+/// output, on scratch buffers of its own.
+PrimeTimes prime_output(DataType out_type) {
+  PrimeTimes times;
+  auto t = std::chrono::steady_clock::now();
+  Result<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::create();
+  if (!gemm.ok()) return times;
+  times.handle = internal::ms_since(t);
+  constexpr int64_t M = 16, N = 256, K = 256;
+  constexpr size_t kPart = size_t{1} << 18;  // x, w and y at offsets of 256 KiB
+  void* buffer = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(internal::cuda_capture_mutex());
+    if (cudaMalloc(&buffer, 3 * kPart) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return times;
+    }
+  }
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess &&
+      cudaMemsetAsync(buffer, 0, 3 * kPart, stream) == cudaSuccess) {
+    t = std::chrono::steady_clock::now();
+    std::vector<cublasLtMatmulHeuristicResult_t> best;
+    if ((*gemm)->heuristics(M, N, K, DataType::kBF16, 1, &best, out_type).ok()) {
+      times.heuristic = internal::ms_since(t);
+      t = std::chrono::steady_clock::now();
+      auto* x = static_cast<char*>(buffer);
+      const Launch launch{stream, false, false, nullptr};
+      const Status ran = out_type == DataType::kF32
+                             ? (*gemm)->run_converted(&best.front().algo, x, x + kPart, DataType::kBF16, nullptr,
+                                                      reinterpret_cast<float*>(x + 2 * kPart), M, N, K, launch)
+                             : (*gemm)->run_converted_rounded(&best.front().algo, x, x + kPart, DataType::kBF16,
+                                                              x + 2 * kPart, M, N, K, launch);
+      if (ran.ok() && cudaStreamSynchronize(stream) == cudaSuccess) times.gemm = internal::ms_since(t);
+    }
+  }
+  (void)cudaGetLastError();
+  if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  const std::lock_guard<std::mutex> lock(internal::cuda_capture_mutex());
+  (void)cudaFree(buffer);
+  return times;
+}
+
+}  // namespace
+
+void CublasLtGemm::prime() {
+  const auto start = std::chrono::steady_clock::now();
+  // Each output type's first heuristic query loads tables of its own: the two run at once.
+  PrimeTimes rounded;
+  std::thread other;
+  try {
+    other = std::thread([&rounded] { rounded = prime_output(DataType::kBF16); });
+  } catch (const std::system_error&) {
+    rounded = prime_output(DataType::kBF16);
+  }
+  const PrimeTimes f32 = prime_output(DataType::kF32);
+  if (other.joinable()) other.join();
+  GEARBOX_LOG(kDebug,
+              "cuBLASLt: warmed up beside the load in %.1f ms; f32 output: handle %.1f ms, first heuristic %.1f ms, "
+              "GEMM %.1f ms; 16-bit output: handle %.1f ms, first heuristic %.1f ms, GEMM %.1f ms",
+              internal::ms_since(start), f32.handle, f32.heuristic, f32.gemm, rounded.handle, rounded.heuristic,
+              rounded.gemm);
 }
 
 std::string CublasLtGemm::version() {

@@ -94,6 +94,13 @@ class CublasLtGemm {
   Status run_converted_rounded(const cublasLtMatmulAlgo_t* algo, const void* x_converted, const void* w,
                                DataType weight_type, void* y, int64_t M, int64_t N, int64_t K, const Launch& launch);
 
+  /// Does cuBLASLt's first-use work in this process (a handle, then the first heuristic query
+  /// and GEMM with f32 output and with 16-bit output, which cost tens of milliseconds each
+  /// the first time) on small scratch buffers, and logs what each took at debug level. Run
+  /// on the loading thread beside the engine's load (start_loading_cublaslt); a failure is
+  /// left for the first real use to report.
+  static void prime();
+
   /// "cublasLt X.Y.Z" of the library loaded at run time (loaded here where no load has
   /// begun), or "cublasLt not loaded" where it cannot be: create() then says why.
   static std::string version();

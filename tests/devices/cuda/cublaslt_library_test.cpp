@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,12 +26,34 @@ bool mapped(const std::string& name) {
   return false;
 }
 
+/// What the loading thread's follow-up work saw: its thread, and the library it was given.
+struct AfterLoad {
+  std::promise<void> ran;
+  std::thread::id thread;
+  bool library_ready = false;
+  int calls = 0;
+};
+
+AfterLoad& after_load_seen() {
+  static AfterLoad seen;
+  return seen;
+}
+
+void after_load() {
+  AfterLoad& seen = after_load_seen();
+  seen.thread = std::this_thread::get_id();
+  seen.library_ready = cublaslt().ok();  // answered, not waited for: the load is done
+  if (++seen.calls == 1) seen.ran.set_value();
+}
+
+void never() { ADD_FAILURE() << "a second start ran its follow-up work"; }
+
 TEST(CublasLtLibrary, LoadsOnFirstUseOnceForEveryThread) {
   ASSERT_FALSE(mapped("libcublasLt")) << "libcublasLt is mapped before anything asked for it";
   EXPECT_EQ(std::string(cublaslt_library_name()), "libcublasLt.so." + std::to_string(CUBLAS_VER_MAJOR));
 
-  start_loading_cublaslt();
-  start_loading_cublaslt();  // a second start does nothing
+  start_loading_cublaslt(&after_load);
+  start_loading_cublaslt(&never);  // a second start does nothing, and never runs its own work
   std::vector<const CublasLtLibrary*> seen(4, nullptr);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < seen.size(); ++i) {
@@ -67,6 +90,13 @@ TEST(CublasLtLibrary, LoadsOnFirstUseOnceForEveryThread) {
   // and a status has a name.
   EXPECT_EQ(l.cublasLtGetVersion() / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR));
   EXPECT_STREQ(l.cublasLtGetStatusName(CUBLAS_STATUS_NOT_INITIALIZED), "CUBLAS_STATUS_NOT_INITIALIZED");
+
+  // The first start's follow-up work ran once, on the loading thread, with the library loaded.
+  AfterLoad& after = after_load_seen();
+  ASSERT_EQ(after.ran.get_future().wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(after.calls, 1);
+  EXPECT_NE(after.thread, std::this_thread::get_id());
+  EXPECT_TRUE(after.library_ready);
 }
 
 }  // namespace

@@ -3,12 +3,32 @@
 // tests/support/cuda_test_util.h, the shared cases in tests/support/cuda_kernel_cases.h.
 // Label `gpu`: every test skips where there is no CUDA device.
 
+#include "gearbox/logging.h"
 #include "support/cuda_test_util.h"
 
 namespace gearbox {
 namespace {
 
 using namespace cuda_test;  // NOLINT(google-build-using-namespace)
+
+TEST_F(CudaKernels, CublasLtPrimeRunsEveryStepAndLeavesNoError) {
+  // prime() reports only through its debug line: every step there has a time (a failed one
+  // would be -1), and no CUDA error is left behind for the next caller.
+  std::vector<std::string> lines;
+  const LogLevel was = log_level();
+  set_log_level(LogLevel::kDebug);
+  set_log_sink([&lines](LogLevel, std::string_view line) { lines.emplace_back(line); });
+  cuda::CublasLtGemm::prime();
+  set_log_sink(nullptr);
+  set_log_level(was);
+  const auto line = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("cuBLASLt: warmed up") != std::string::npos;
+  });
+  ASSERT_NE(line, lines.end()) << "prime() logged no line";
+  EXPECT_EQ(line->find("-1"), std::string::npos) << *line;
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
 
 TEST_F(CudaKernels, CublasLtGemmMatchesCpu) {
   Result<std::unique_ptr<cuda::CublasLtGemm>> gemm = cuda::CublasLtGemm::create();
