@@ -359,11 +359,16 @@ struct PrimeTimes {
   double handle = -1, heuristic = -1, gemm = -1;
 };
 
-/// A handle, then the first heuristic query and GEMM of a small bf16 shape with `out_type`
-/// output, on scratch buffers of its own.
-PrimeTimes prime_output(DataType out_type) {
+/// On `device`: a handle, then the first heuristic query and GEMM of a small bf16 shape with
+/// `out_type` output, on scratch buffers of its own.
+PrimeTimes prime_output(int device, DataType out_type) {
   PrimeTimes times;
   auto t = std::chrono::steady_clock::now();
+  // A thread of its own has no current context, and cublasLtCreate expects one.
+  if (cudaSetDevice(device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return times;
+  }
   Result<std::unique_ptr<CublasLtGemm>> gemm = CublasLtGemm::create();
   if (!gemm.ok()) return times;
   times.handle = internal::ms_since(t);
@@ -407,14 +412,19 @@ PrimeTimes prime_output(DataType out_type) {
 void CublasLtGemm::prime() {
   const auto start = std::chrono::steady_clock::now();
   // Each output type's first heuristic query loads tables of its own: the two run at once.
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
   PrimeTimes rounded;
   std::thread other;
   try {
-    other = std::thread([&rounded] { rounded = prime_output(DataType::kBF16); });
+    other = std::thread([&rounded, device] { rounded = prime_output(device, DataType::kBF16); });
   } catch (const std::system_error&) {
-    rounded = prime_output(DataType::kBF16);
+    rounded = prime_output(device, DataType::kBF16);
   }
-  const PrimeTimes f32 = prime_output(DataType::kF32);
+  const PrimeTimes f32 = prime_output(device, DataType::kF32);
   if (other.joinable()) other.join();
   GEARBOX_LOG(kDebug,
               "cuBLASLt: warmed up beside the load in %.1f ms; f32 output: handle %.1f ms, first heuristic %.1f ms, "
