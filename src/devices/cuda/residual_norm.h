@@ -2,6 +2,7 @@
 // that compute it in their own prologue instead of leaving it to a norm_add_norm launch
 // (a GEMV with a norm input):
 //   sum = residual + rms_norm(x, w_post)      x = rms_norm(sum, w_next)
+// or, for a pre-norm family (no w_post), sum = residual + x.
 // with norm_add_norm's order of operations per element (kernels/residual_norm.cu), so that the
 // engine's numbers do not depend on which kernel ran it.
 #pragma once
@@ -29,16 +30,19 @@ __device__ __forceinline__ float4 scale4(float4 x, float inv, const W* w4, float
 /// tid + threads, ... throughout (each element by one thread, so no barrier is needed
 /// between the passes); block_sum(v) returns the sum of v over those threads to each of them.
 /// Leaves x_s = rms_norm(sum, w_next), or the sum where w_next is null, and stores the sum to
-/// sum_out (global memory) when it is not null; r_s is left as it was.
-template <typename W, typename BlockSum>
+/// sum_out (global memory) when it is not null; r_s is left as it was. Without kPost, sum =
+/// residual + x (no post-norm; w_post and `squares` are not used).
+template <bool kPost, typename W, typename BlockSum>
 __device__ __forceinline__ void residual_norm_staged(float* x_s, const float* r_s, const W* w_post, const W* w_next,
                                                      float* sum_out, int dim, float eps, float offset, int tid,
                                                      int threads, float squares, BlockSum&& block_sum) {
   const int n4 = dim / 4;
-  const float inv1 = inverse_rms(block_sum(squares), dim, eps);
+  float inv1 = 1.0f;
+  if constexpr (kPost) inv1 = inverse_rms(block_sum(squares), dim, eps);
   float squares2 = 0.0f;
   for (int c = tid; c < n4; c += threads) {
-    const float4 normed = scale4(get4(x_s + 4 * c), inv1, w_post + 4 * c, offset);
+    float4 normed = get4(x_s + 4 * c);
+    if constexpr (kPost) normed = scale4(normed, inv1, w_post + 4 * c, offset);
     const float4 r = get4(r_s + 4 * c);
     // never contracted with the product
     const float4 sum = make_float4(__fadd_rn(r.x, normed.x), __fadd_rn(r.y, normed.y), __fadd_rn(r.z, normed.z),

@@ -11,19 +11,22 @@ namespace {
 using namespace cuda_test;  // NOLINT(google-build-using-namespace)
 
 /// The input a GemvNormInput launch computes, as the CPU kernels do: sum = residual +
-/// rms_norm(x, w_post), input = rms_norm(sum, w_next).
+/// rms_norm(x, w_post), input = rms_norm(sum, w_next); without `post` (a pre-norm family's
+/// residual add), sum = residual + x.
 struct NormInputCase {
   std::vector<float> x, residual, sum, input;
   Weights w_post, w_next;
-  NormInputCase(DataType type, int64_t K, uint32_t seed)
+  bool post = true;
+  NormInputCase(DataType type, int64_t K, uint32_t seed, bool with_post = true)
       : x(random_floats(K, seed, -4.0f, 4.0f)),
         residual(random_floats(K, seed + 1, -8.0f, 8.0f)),
         sum(static_cast<size_t>(K)),
         input(static_cast<size_t>(K)),
         w_post(make_weights(type, random_floats(K, seed + 2))),
-        w_next(make_weights(type, random_floats(K, seed + 3))) {
-    std::vector<float> normed(static_cast<size_t>(K));
-    cpu::rms_norm(x.data(), w_post.rounded.data(), normed.data(), 1, K, 1e-6f, 1.0f);
+        w_next(make_weights(type, random_floats(K, seed + 3))),
+        post(with_post) {
+    std::vector<float> normed(x);
+    if (post) cpu::rms_norm(x.data(), w_post.rounded.data(), normed.data(), 1, K, 1e-6f, 1.0f);
     cpu::add(residual.data(), normed.data(), sum.data(), K);
     cpu::rms_norm(sum.data(), w_next.rounded.data(), input.data(), 1, K, 1e-6f, 1.0f);
   }
@@ -33,15 +36,19 @@ struct NormInputCase {
 struct DeviceNormInput {
   Floats x, residual, sum;
   DeviceBuffer<uint8_t> w_post, w_next;
+  bool post;
   explicit DeviceNormInput(const NormInputCase& c)
       : x(c.x),
         residual(c.residual),
         sum(Floats::poisoned(static_cast<int64_t>(c.x.size()))),
         w_post(c.w_post.bytes),
-        w_next(c.w_next.bytes) {}
+        w_next(c.w_next.bytes),
+        post(c.post) {}
   template <typename W>
   cuda::GemvNormInput<W> get() const {
-    return {x.get(), weight_ptr<W>(w_post, 0), residual.get(), sum.get(), weight_ptr<W>(w_next, 0), 1e-6f, 1.0f};
+    return {
+        x.get(), post ? weight_ptr<W>(w_post, 0) : nullptr, residual.get(), sum.get(), weight_ptr<W>(w_next, 0), 1e-6f,
+        1.0f};
   }
   /// The launch wrote sum as the CPU does and touched nothing else of its own.
   ::testing::AssertionResult check(const std::string& what, const NormInputCase& c) const {
@@ -79,11 +86,18 @@ TEST_F(CudaKernels, GemvNormInputEqualsNormAddNormThenGemv) {
         runs.emplace_back(cuda::GemvGeometry{2, 2}, 1);  // one block serves every unit
         runs.emplace_back(cuda::GemvGeometry{4, 2}, 3);
       }
-      for (const auto& [geometry, max_blocks] : runs) {
-        const std::string what =
-            std::string("gemv with a norm input ") + data_type_name(type) + " " +
-            shape({{"K", c.K}, {"rows", geometry.rows}, {"unroll", geometry.unroll}, {"max_blocks", max_blocks}});
-        const NormInputCase in(type, c.K, 80);
+      // Without the post-norm (a pre-norm family) on the default geometry.
+      runs.emplace_back(cuda::kGemvDefaultGeometry, -1);
+      for (auto [geometry, max_blocks] : runs) {
+        const bool post = max_blocks >= 0;
+        max_blocks = std::max<int64_t>(max_blocks, 0);
+        const std::string what = std::string("gemv with a norm input ") + data_type_name(type) + " " +
+                                 shape({{"K", c.K},
+                                        {"rows", geometry.rows},
+                                        {"unroll", geometry.unroll},
+                                        {"max_blocks", max_blocks},
+                                        {"post_norm", post}});
+        const NormInputCase in(type, c.K, 80, post);
         // gemv_multi, even targets with a bias.
         {
           DeviceNormInput d_in(in);

@@ -231,6 +231,63 @@ TEST_F(CudaKernels, HeadNormRopeEqualsNormThenRopeForQAndK) {
   }
 }
 
+// Parts that only rotate (a family without q / k norms: kRopes steps) give rope()'s bytes,
+// in the block form (one token) and the warp form (several), in place and not; a negative
+// position poisons its rows and sets the flag as rope() does.
+TEST_F(CudaKernels, HeadNormRopeRotateOnlyEqualsRopeBitForBit) {
+  struct Case {
+    int64_t hd, q_heads, k_heads;
+  };
+  for (const Case c : {Case{2, 3, 1}, Case{6, 4, 2}, Case{64, 32, 8}, Case{128, 5, 5}, Case{256, 4, 1}}) {
+    for (int64_t T : {1, 3, 40}) {
+      for (bool in_place : {false, true}) {
+        const std::vector<float> q = random_floats(T * c.q_heads * c.hd, 41, -3.0f, 3.0f);
+        const std::vector<float> k = random_floats(T * c.k_heads * c.hd, 42, -3.0f, 3.0f);
+        const std::vector<int64_t> pos = iota(in_place ? 700 : 0, T);
+        Indices d_pos(true, pos);
+        // q's inverse frequencies from a table (Llama-3 scaling's form), k's computed.
+        std::vector<float> q_freq;
+        for (int64_t i = 0; i < c.hd / 2; ++i) q_freq.push_back(0.9f / static_cast<float>(i + 1));
+        Floats d_q_freq(q_freq);
+        Floats want_q = Floats::poisoned(q.size()), want_k = Floats::poisoned(k.size());
+        {
+          Floats src_q(q), src_k(k);
+          ASSERT_EQ(cudaSuccess, cuda::rope_with_freqs(src_q.get(), d_pos.get(), true, want_q.get(), T, c.q_heads, c.hd,
+                                                       d_q_freq.get(), 0.5f, flag(), launch_));
+          ASSERT_EQ(cudaSuccess, cuda::rope(src_k.get(), d_pos.get(), true, want_k.get(), T, c.k_heads, c.hd, 1e6f,
+                                            1.0f, flag(), launch_));
+        }
+        Floats d_q(q), d_k(k);
+        Floats yq = Floats::poisoned(q.size()), yk = Floats::poisoned(k.size());
+        cuda::HeadNormRope<float> parts[2] = {
+            {d_q.get(), nullptr, in_place ? d_q.get() : yq.get(), c.q_heads, 0.0f, 0.5f, d_q_freq.get()},
+            {d_k.get(), nullptr, in_place ? d_k.get() : yk.get(), c.k_heads, 1e6f, 1.0f}};
+        parts[0].rotate_only = parts[1].rotate_only = true;
+        ASSERT_EQ(cudaSuccess,
+                  cuda::head_norm_rope<float>(parts, 2, d_pos.get(), true, T, c.hd, 0.0f, 0.0f, flag(), launch_));
+        EXPECT_EQ(take_flag(), 0);
+        const std::string what =
+            "rotate-only head_norm_rope " +
+            shape({{"hd", c.hd}, {"q_heads", c.q_heads}, {"k_heads", c.k_heads}, {"T", T}, {"in_place", in_place}});
+        EXPECT_EQ(in_place ? d_q.download() : yq.download(), want_q.download()) << what << " q";
+        EXPECT_EQ(in_place ? d_k.download() : yk.download(), want_k.download()) << what << " k";
+        EXPECT_TRUE(yq.guard_intact() && yk.guard_intact() && d_q.guard_intact() && d_k.guard_intact()) << what;
+      }
+    }
+  }
+  const int64_t heads = 2, hd = 8;
+  Indices d_pos(false, {3, -1});
+  Floats d_x(random_floats(2 * heads * hd, 9));
+  Floats y = Floats::poisoned(2 * heads * hd);
+  cuda::HeadNormRope<float> part{d_x.get(), nullptr, y.get(), heads, 1e4f, 1.0f};
+  part.rotate_only = true;
+  ASSERT_EQ(cudaSuccess, cuda::head_norm_rope<float>(&part, 1, d_pos.get(), false, 2, hd, 0.0f, 0.0f, flag(), launch_));
+  EXPECT_EQ(take_flag(), 1);
+  const std::vector<float> got = y.download();
+  EXPECT_TRUE(all_nan("rotate-only, negative position row", got, heads * hd, 2 * heads * hd));
+  EXPECT_TRUE(std::isfinite(got[0]));
+}
+
 // The q and k of a stacked QKV linear's output y [T, Nq + Nk + Nv] (rows Nq + Nk + Nv floats
 // apart) give what the same rows give as contiguous tensors, and a part without weights
 // copies v out of y: bit for bit, with 1 and 3 KV heads and head_dim 8 and 256.

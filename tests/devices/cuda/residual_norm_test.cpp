@@ -14,7 +14,9 @@ TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
   for (DataType type : kWeightTypes) {
     for (int64_t dim : kernel_cases::residual_norm_dims()) {
       for (int64_t rows : {1, 5, 9, 40}) {  // up to 8 rows: 1024 threads a row; more: 256
-        for (int variant : {0, 1, 2}) {     // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm
+        // 0: separate buffers, 1: sum = residual and y = x, 2: no next norm, 3: no post-norm
+        // (a pre-norm family's add + norm)
+        for (int variant : {0, 1, 2, 3}) {
           const std::vector<float> x = random_floats(rows * dim, 21, -4.0f, 4.0f);
           const std::vector<float> r = random_floats(rows * dim, 22, -8.0f, 8.0f);
           const Weights w1 = make_weights(type, random_floats(dim, 23)),
@@ -25,13 +27,13 @@ TEST_F(CudaKernels, NormAddNormEqualsNormAddThenNorm) {
           float* y_out = variant == 1 ? d_x.get() : y.get();
           ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
                       using W = decltype(tag);
-                      return cuda::norm_add_norm<W>(d_x.get(), weight_ptr<W>(d_w1, 0), d_r.get(), sum_out,
-                                                    variant == 2 ? nullptr : weight_ptr<W>(d_w2, 0),
+                      return cuda::norm_add_norm<W>(d_x.get(), variant == 3 ? nullptr : weight_ptr<W>(d_w1, 0),
+                                                    d_r.get(), sum_out, variant == 2 ? nullptr : weight_ptr<W>(d_w2, 0),
                                                     variant == 2 ? nullptr : y_out, rows, dim, 1e-6f, 1.0f, launch_);
                     }));
           sync();
-          std::vector<float> normed(x.size()), want_sum(x.size()), want_y(x.size());
-          cpu::rms_norm(x.data(), w1.rounded.data(), normed.data(), rows, dim, 1e-6f, 1.0f);
+          std::vector<float> normed(x), want_sum(x.size()), want_y(x.size());
+          if (variant != 3) cpu::rms_norm(x.data(), w1.rounded.data(), normed.data(), rows, dim, 1e-6f, 1.0f);
           cpu::add(r.data(), normed.data(), want_sum.data(), rows * dim);
           cpu::rms_norm(want_sum.data(), w2.rounded.data(), want_y.data(), rows, dim, 1e-6f, 1.0f);
           const std::string what = std::string("norm_add_norm ") + data_type_name(type) + " " +
@@ -59,6 +61,7 @@ TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
       const std::vector<float> x = random_floats(rows * dim, 31, -4.0f, 4.0f);
       const std::vector<float> r = random_floats(rows * dim, 32, -8.0f, 8.0f);
       for (DataType type : {DataType::kBF16, DataType::kF16}) {
+        const bool post = rows != 9;  // 9 rows: a pre-norm family's add + norm (no post-norm)
         const Weights w1 = make_weights(type, random_floats(dim, 33)), w2 = make_weights(type, random_floats(dim, 34));
         DeviceBuffer<uint8_t> d_w1(w1.bytes), d_w2(w2.bytes);
         Floats d_x(x), d_r(r), sum = Floats::poisoned(x.size()), y = Floats::poisoned(x.size()),
@@ -67,7 +70,7 @@ TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
                                got = DeviceBuffer<uint16_t>::poisoned(rows * dim);
         ASSERT_EQ(cudaSuccess, with_weight_type(type, [&](auto tag) {
                     using W = decltype(tag);
-                    const W* g1 = weight_ptr<W>(d_w1, 0);
+                    const W* g1 = post ? weight_ptr<W>(d_w1, 0) : nullptr;
                     const W* g2 = weight_ptr<W>(d_w2, 0);
                     cudaError_t err = cuda::norm_add_norm<W>(d_x.get(), g1, d_r.get(), sum.get(), g2, y.get(), rows,
                                                              dim, 1e-6f, 1.0f, launch_);
@@ -81,8 +84,8 @@ TEST_F(CudaKernels, NormAddNormToEqualsNormAddNormThenConvert) {
                     return err;
                   }));
         sync();
-        const std::string what =
-            std::string("norm_add_norm_to ") + data_type_name(type) + " " + shape({{"dim", dim}, {"rows", rows}});
+        const std::string what = std::string("norm_add_norm_to ") + data_type_name(type) + " " +
+                                 shape({{"dim", dim}, {"rows", rows}, {"post_norm", post}});
         EXPECT_EQ(got.download(), want.download()) << what;
         EXPECT_EQ(got_sum.download(), sum.download()) << what << " sum";
         EXPECT_TRUE(got.guard_intact() && got_sum.guard_intact()) << what;

@@ -168,12 +168,13 @@ __host__ __device__ constexpr size_t norm_shared_bytes(int64_t K) {
   return static_cast<size_t>(K) * (2 * sizeof(float) + 2 * sizeof(W));
 }
 
-/// kNorm, before the wait: both norm weights into shared memory (w_post then w_next, K each),
+/// kNorm, before the wait: the norm weights into shared memory (w_post then w_next, K each),
 /// asynchronously: nothing waits for them before the wait for the previous kernel.
 template <typename W>
 __device__ __forceinline__ void stage_norm_weights(const GemvNormInput<W>& n, int64_t K, W* w_shared) {
   const int64_t chunks = K * static_cast<int64_t>(sizeof(W)) / 16;  // per weight
-  for (int64_t c = threadIdx.x; c < 2 * chunks; c += kGemvThreads) {
+  // Without a post-norm, only w_next (at w_shared + K).
+  for (int64_t c = n.w_post != nullptr ? threadIdx.x : chunks + threadIdx.x; c < 2 * chunks; c += kGemvThreads) {
     const W* src = c < chunks ? n.w_post + c * (16 / sizeof(W)) : n.w_next + (c - chunks) * (16 / sizeof(W));
     cp_async_16(w_shared + c * (16 / sizeof(W)), src);
   }
@@ -181,7 +182,7 @@ __device__ __forceinline__ void stage_norm_weights(const GemvNormInput<W>& n, in
 }
 
 /// kNorm, after the wait: x_shared [K] = rms_norm(residual + rms_norm(x, w_post), w_next)
-/// (residual_norm_staged), the sum written to n.sum when write_sum. x and the residual are
+/// (residual_norm_staged; residual + x without w_post), the sum written to n.sum when write_sum. x and the residual are
 /// copied into shared memory first (x_shared, then the residual at x_shared + K), every load
 /// in flight at once, so the prologue costs one round trip to L2 and two block reductions.
 /// K % 4 == 0 and every vector 16-byte aligned (checked by the entries). Ends with a barrier.
@@ -200,8 +201,15 @@ __device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int K, flo
   float squares = 0.0f;
   for (int c = tid; c < K / 4; c += kGemvThreads) squares += squares4(get4(x_shared + 4 * c));
   int sums = 0;  // each of the two sums its own scratch, so no barrier between them
-  residual_norm_staged(x_shared, r_shared, w_shared, w_shared + K, write_sum ? n.sum : nullptr, K, n.eps, n.offset, tid,
-                       kGemvThreads, squares, [&](float v) { return block_sum_to_all<kGemvThreads>(v, red[sums++]); });
+  const auto block_sum = [&](float v) { return block_sum_to_all<kGemvThreads>(v, red[sums++]); };
+  float* const sum_out = write_sum ? n.sum : nullptr;
+  if (n.w_post != nullptr) {  // uniform over the launch
+    residual_norm_staged<true>(x_shared, r_shared, w_shared, w_shared + K, sum_out, K, n.eps, n.offset, tid,
+                               kGemvThreads, squares, block_sum);
+  } else {
+    residual_norm_staged<false>(x_shared, r_shared, w_shared, w_shared + K, sum_out, K, n.eps, n.offset, tid,
+                                kGemvThreads, squares, block_sum);
+  }
   __syncthreads();
 }
 
@@ -568,12 +576,13 @@ bool geometry_served(GemvGeometry g, int64_t M) {
 }
 
 /// Whether a norm input (null: none) is served for a launch of M rows of K with 16-byte
-/// chunks of W when vec: gemv_norm_input_served, every pointer given and 16-byte aligned.
+/// chunks of W when vec: gemv_norm_input_served, every pointer but w_post given, and all
+/// 16-byte aligned.
 template <typename W>
 bool norm_input_ok(const GemvNormInput<W>* n, int64_t M, int64_t K, bool vec) {
   if (n == nullptr) return true;
-  return vec && gemv_norm_input_served<W>(M, K) && n->x != nullptr && n->w_post != nullptr && n->residual != nullptr &&
-         n->sum != nullptr && n->w_next != nullptr && aligned16(n->x) && aligned16(n->residual) && aligned16(n->sum) &&
+  return vec && gemv_norm_input_served<W>(M, K) && n->x != nullptr && n->residual != nullptr && n->sum != nullptr &&
+         n->w_next != nullptr && aligned16(n->x) && aligned16(n->residual) && aligned16(n->sum) &&
          aligned16(n->w_post) && aligned16(n->w_next);
 }
 

@@ -43,7 +43,8 @@ inline constexpr GemvGeometry kGemvGeometries[] = {{4, 2}, {2, 2}, {2, 4}, {2, 8
 /// gone out and one block writing `sum`, so the norms cost no launch of their own (a kernel
 /// boundary, not the arithmetic, is what a decode layer's norms cost). x, residual
 /// and sum [K] f32 and 16-byte aligned; sum must not overlap x or residual, and no output of
-/// the launch may overlap any of the three. w_post, w_next [K] (W).
+/// the launch may overlap any of the three. w_post, w_next [K] (W); w_post null: sum =
+/// residual + x (a pre-norm family's residual add, no post-norm).
 template <typename W>
 struct GemvNormInput {
   const float* x = nullptr;

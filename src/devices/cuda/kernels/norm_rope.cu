@@ -7,7 +7,8 @@
 // results differ from them only by the summation order of the RMS reduction.
 //
 // head_norm_rope chains the two for the per-head q / k norms of a layer (and copies v out of a
-// stacked QKV output) in one launch, computing what the unfused sequence computes (same order
+// stacked QKV output) in one launch, or rotates a layer's q and k in one launch where the
+// family has no q / k norms, computing what the unfused sequence computes (same order
 // of operations per element; the RMS sums are reduced in a different order), so the engine's
 // results do not depend on whether the chain was fused.
 
@@ -15,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "devices/cuda/device_math.h"
 #include "devices/cuda/kernels/norm_rope.cuh"
@@ -207,8 +209,9 @@ __device__ __forceinline__ HeadUnit<W> head_unit(const Parts<W>& parts, int coun
   return {P, local / P.heads, local % P.heads};
 }
 
-/// grid: one block of 128 threads per (part, token, head).
-template <typename W>
+/// grid: one block of 128 threads per (part, token, head). kRotateOnly: every part only
+/// rotates (HeadNormRope::rotate_only), none is copied.
+template <typename W, bool kRotateOnly>
 __global__ void __launch_bounds__(kHeadThreads)
     head_norm_rope_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int64_t T, int head_dim,
                           float eps, float offset, int* error_flag, bool padding) {
@@ -224,16 +227,20 @@ __global__ void __launch_bounds__(kHeadThreads)
   const int64_t x_row = P.x_row_stride > 0 ? P.x_row_stride : P.heads * head_dim;
   const float* x = P.x + t * x_row + h * head_dim;
   float* y = P.y + (t * P.heads + h) * head_dim;
-  if (P.w == nullptr) {  // a copied part (uniform over the block)
+  if (!kRotateOnly && P.w == nullptr) {  // a copied part (uniform over the block)
     for (int i = tid; i < head_dim; i += kHeadThreads) y[i] = x[i];
     return;
   }
   const int64_t pos = index_at(positions, pos_i64, t);
 
-  float sum = 0.0f;
-  for (int i = tid; i < head_dim; i += kHeadThreads) sum += x[i] * x[i];
-  // Every thread's reads of x precede the barrier inside block_sum_to_all: y may be x below.
-  const float inv_rms = inverse_rms(block_sum_to_all<kHeadThreads>(sum, sums), head_dim, eps);
+  float inv_rms = 1.0f;
+  if constexpr (!kRotateOnly) {
+    float sum = 0.0f;
+    for (int i = tid; i < head_dim; i += kHeadThreads) sum += x[i] * x[i];
+    // Every thread's reads of x precede the barrier inside block_sum_to_all: y may be x below.
+    inv_rms = inverse_rms(block_sum_to_all<kHeadThreads>(sum, sums), head_dim, eps);
+  }
+  // Without a norm, thread tid reads and writes only elements i and i + half of its pairs.
 
   if (pos < 0) {
     if (padding && pos == -1) {  // a padding token's rows are never read
@@ -249,7 +256,12 @@ __global__ void __launch_bounds__(kHeadThreads)
     float sn = 0.0f;
     const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
     rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
-    norm_rotate(x[i], x[i + half], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &y[i], &y[i + half]);
+    if constexpr (kRotateOnly) {
+      rope_rotate(x[i], x[i + half], cs, sn, &y[i], &y[i + half]);
+    } else {
+      norm_rotate(x[i], x[i + half], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &y[i],
+                  &y[i + half]);
+    }
   }
 }
 
@@ -262,8 +274,8 @@ constexpr int kHeadWarps = 4;
 
 /// grid: ceil(units / kHeadWarps) blocks of kHeadWarps warps, units = sum over parts of T *
 /// heads; warp w of block b takes unit b * kHeadWarps + w. The same arithmetic per element as
-/// head_norm_rope_kernel; the RMS sums add in another order.
-template <typename W>
+/// head_norm_rope_kernel; the RMS sums add in another order. kRotateOnly: as there.
+template <typename W, bool kRotateOnly>
 __global__ void __launch_bounds__(32 * kHeadWarps)
     head_norm_rope_warp_kernel(Parts<W> parts, int count, const void* positions, bool pos_i64, int head_dim, float eps,
                                float offset, int* error_flag, bool padding) {
@@ -281,7 +293,7 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
   const int64_t x_row = P.x_row_stride > 0 ? P.x_row_stride : P.heads * head_dim;
   const float* x = P.x + t * x_row + h * head_dim;
   float* y = P.y + (t * P.heads + h) * head_dim;
-  if (P.w == nullptr) {  // a copied part
+  if (!kRotateOnly && P.w == nullptr) {  // a copied part
 #pragma unroll
     for (int k = 0; k < 2 * kHeadQuads; ++k) {
       const int q = lane + 32 * k;
@@ -303,8 +315,8 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
     sum += b[k].x * b[k].x + b[k].y * b[k].y + b[k].z * b[k].z + b[k].w * b[k].w;
   }
   // The shuffles order every lane's reads of x before the writes below (y may be x; each
-  // element is read and written by one lane).
-  const float inv_rms = inverse_rms(warp_sum(sum), head_dim, eps);
+  // element is read and written by one lane, also where nothing is normalized).
+  const float inv_rms = kRotateOnly ? 1.0f : inverse_rms(warp_sum(sum), head_dim, eps);
   if (pos < 0) {
     if (padding && pos == -1) {  // a padding token's rows are never read
       for (int i = lane; i < head_dim; i += 32) y[i] = 0.0f;
@@ -329,7 +341,11 @@ __global__ void __launch_bounds__(32 * kHeadWarps)
       float sn = 0.0f;
       const float inv_freq = P.inv_freq != nullptr ? P.inv_freq[i] : rope_inv_freq(i, head_dim, P.theta);
       rope_angle_cos_sin(pos, P.position_scale, inv_freq, &cs, &sn);
-      norm_rotate(av[e], bv[e], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &ya[e], &yb[e]);
+      if constexpr (kRotateOnly) {
+        rope_rotate(av[e], bv[e], cs, sn, &ya[e], &yb[e]);
+      } else {
+        norm_rotate(av[e], bv[e], inv_rms, to_f32(P.w[i]), to_f32(P.w[i + half]), offset, cs, sn, &ya[e], &yb[e]);
+      }
     }
     reinterpret_cast<float4*>(y)[q] = make_float4(ya[0], ya[1], ya[2], ya[3]);
     reinterpret_cast<float4*>(y + half)[q] = make_float4(yb[0], yb[1], yb[2], yb[3]);
@@ -399,7 +415,8 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
   Parts<W> args{};
   args.first_block[0] = 0;
   for (int i = 0; i < count; ++i) {
-    if (parts[i].heads <= 0 || (parts[i].x_row_stride != 0 && parts[i].x_row_stride < parts[i].heads * head_dim)) {
+    if (parts[i].heads <= 0 || (parts[i].x_row_stride != 0 && parts[i].x_row_stride < parts[i].heads * head_dim) ||
+        parts[i].rotate_only != parts[0].rotate_only) {  // every part rotated only, or none
       return cudaErrorInvalidValue;
     }
     args.p[i] = parts[i];
@@ -416,14 +433,22 @@ cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* 
     const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
     warp = aligned(p.x) && aligned(p.y) && p.x_row_stride % 4 == 0 && (p.inv_freq == nullptr || aligned(p.inv_freq));
   }
-  if (warp) {
-    launch_kernel(head_norm_rope_warp_kernel<W>, static_cast<unsigned>((blocks + kHeadWarps - 1) / kHeadWarps),
-                  32 * kHeadWarps, 0, launch, args, count, positions, pos_i64, static_cast<int>(head_dim), eps, offset,
-                  error_flag, padding);
-    return cudaGetLastError();
+  const auto go = [&](auto rotate_only) {
+    constexpr bool kRotateOnly = decltype(rotate_only)::value;
+    if (warp) {
+      launch_kernel(head_norm_rope_warp_kernel<W, kRotateOnly>,
+                    static_cast<unsigned>((blocks + kHeadWarps - 1) / kHeadWarps), 32 * kHeadWarps, 0, launch, args,
+                    count, positions, pos_i64, static_cast<int>(head_dim), eps, offset, error_flag, padding);
+    } else {
+      launch_kernel(head_norm_rope_kernel<W, kRotateOnly>, static_cast<unsigned>(blocks), kHeadThreads, 0, launch, args,
+                    count, positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag, padding);
+    }
+  };
+  if (parts[0].rotate_only) {
+    go(std::true_type{});
+  } else {
+    go(std::false_type{});
   }
-  launch_kernel(head_norm_rope_kernel<W>, static_cast<unsigned>(blocks), kHeadThreads, 0, launch, args, count,
-                positions, pos_i64, T, static_cast<int>(head_dim), eps, offset, error_flag, padding);
   return cudaGetLastError();
 }
 

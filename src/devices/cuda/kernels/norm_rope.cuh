@@ -36,7 +36,9 @@ cudaError_t rope_with_freqs(const float* x, const void* positions, bool pos_i64,
 /// position_scale, into y [T, heads * head_dim]; y may alias x. x's rows may lie
 /// x_row_stride floats apart (a column block of a wider matrix, e.g. q in a stacked QKV
 /// linear's output; 0: heads * head_dim). w null: y is a copy of x (no norm, no rotation:
-/// v carried out of the same matrix).
+/// v carried out of the same matrix). rotate_only: no norm, x rotated as rope() rotates it
+/// (the q and k of a family without q / k norms; w is not read). The parts of one launch are
+/// all rotate_only or none (else cudaErrorInvalidValue).
 template <typename W>
 struct HeadNormRope {
   const float* x;
@@ -49,13 +51,14 @@ struct HeadNormRope {
   /// compute each (a double-precision pow per pair and token).
   const float* inv_freq = nullptr;
   int64_t x_row_stride = 0;
+  bool rotate_only = false;
 };
 inline constexpr int kHeadNormRopeMaxParts = 3;
 /// rms_norm(head_dim) + rope for up to three tensors (q, k, and a copied v) of one layer in
-/// one launch: one block per (token, head) for one token, one warp per (token, head) for
-/// several (head_dim % 8 == 0, <= 512, 16-byte aligned rows). head_dim even, <= 1024; eps and offset are the
-/// norms'. A negative position poisons its normed rows with NaN and sets *error_flag, as
-/// rope() does; with `padding`, a position of -1 is a padding token whose normed rows are 0.
+/// one launch, or rope alone for parts that are rotate_only: one block per (token, head) for one token, one warp per
+/// (token, head) for several (head_dim % 8 == 0, <= 512, 16-byte aligned rows). head_dim even, <= 1024; eps and offset
+/// are the norms'. A negative position poisons its normed rows with NaN and sets *error_flag, as rope() does; with
+/// `padding`, a position of -1 is a padding token whose normed rows are 0.
 template <typename W>
 cudaError_t head_norm_rope(const HeadNormRope<W>* parts, int count, const void* positions, bool pos_i64, int64_t T,
                            int64_t head_dim, float eps, float offset, int* error_flag, const Launch& launch,

@@ -1,9 +1,10 @@
 // CUDA norm_add_norm (residual_norm.cuh): the post-norm, the residual add and the next
-// pre-norm around a Gemma sublayer in one pass over a row, for the decode step where launches,
-// not bytes, cost. It computes what its unfused sequence computes (same order of operations
-// per element; the RMS sums are reduced in a different order), so the engine's results do not
-// depend on whether the chain was fused (tests/devices/cuda/residual_norm_test.cpp and
-// gemv_norm_input_test.cpp check both against the CPU kernels).
+// pre-norm around a Gemma sublayer (kPost), or the add and the next pre-norm of a pre-norm
+// family, in one pass over a row, for the decode step where launches, not bytes, cost. It
+// computes what its unfused sequence computes (same order of operations per element; the RMS
+// sums are reduced in a different order), so the engine's results do not depend on whether
+// the chain was fused (tests/devices/cuda/residual_norm_test.cpp and gemv_norm_input_test.cpp
+// check both against the CPU kernels).
 #include <math_constants.h>
 
 #include <cstdint>
@@ -44,7 +45,8 @@ __device__ __forceinline__ float block_sum(float v, float* shared) {
 
 /// grid: rows blocks of kCachedThreads; thread i holds elements i, i + kCachedThreads, ...
 /// (at most 8) in registers: every load is issued up front and nothing is read twice.
-template <typename W, typename Y, int kCachedThreads>
+/// kPost: x is normalized with w_post before the add; else sum = residual + x.
+template <typename W, typename Y, int kCachedThreads, bool kPost>
 __global__ void __launch_bounds__(kCachedThreads)
     norm_add_norm_cached_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
                                 Y* y, int dim, float eps, float offset) {
@@ -59,7 +61,7 @@ __global__ void __launch_bounds__(kCachedThreads)
   for (int k = 0; k < kCachedPer; ++k) {
     const int i = tid + k * kCachedThreads;
     const bool in = i < dim;
-    g1[k] = in ? to_f32(w_post[i]) : 0.0f;
+    g1[k] = kPost && in ? to_f32(w_post[i]) : 0.0f;
     g2[k] = in && w_next != nullptr ? to_f32(w_next[i]) : 0.0f;
   }
   wait_for_prior_kernels();
@@ -73,12 +75,14 @@ __global__ void __launch_bounds__(kCachedThreads)
   float squares = 0.0f;
 #pragma unroll
   for (int k = 0; k < kCachedPer; ++k) squares += xv[k] * xv[k];
-  // The barrier in block_sum orders every read of x and residual before any write below.
-  const float inv1 = inverse_rms(block_sum<kCachedThreads>(squares, reduce1), dim, eps);
+  // The barrier in block_sum orders every read of x and residual before any write below
+  // (without a post-norm, each element is read and written by one thread).
+  float inv1 = 1.0f;
+  if constexpr (kPost) inv1 = inverse_rms(block_sum<kCachedThreads>(squares, reduce1), dim, eps);
   float squares2 = 0.0f;
 #pragma unroll
   for (int k = 0; k < kCachedPer; ++k) {
-    const float normed = xv[k] * inv1 * (g1[k] + offset);
+    const float normed = kPost ? xv[k] * inv1 * (g1[k] + offset) : xv[k];
     rv[k] = __fadd_rn(rv[k], normed);  // never contracted with the product: as norm then add
     squares2 += rv[k] * rv[k];
     const int i = tid + k * kCachedThreads;
@@ -94,8 +98,8 @@ __global__ void __launch_bounds__(kCachedThreads)
 }
 
 /// grid: rows blocks of 256 threads, any dim. Thread i handles elements i, i + 256, ... in
-/// every phase, so an element is read and written by one thread.
-template <typename W, typename Y>
+/// every phase, so an element is read and written by one thread. kPost: as above.
+template <typename W, typename Y, bool kPost>
 __global__ void __launch_bounds__(kRowThreads)
     norm_add_norm_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next, Y* y,
                          int dim, float eps, float offset) {
@@ -105,12 +109,15 @@ __global__ void __launch_bounds__(kRowThreads)
   wait_for_prior_kernels();
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
-  float squares = 0.0f;
-  for (int i = tid; i < dim; i += kRowThreads) squares += x[base + i] * x[base + i];
-  const float inv1 = inverse_rms(block_sum<kRowThreads>(squares, reduce1), dim, eps);
+  float inv1 = 1.0f;
+  if constexpr (kPost) {
+    float squares = 0.0f;
+    for (int i = tid; i < dim; i += kRowThreads) squares += x[base + i] * x[base + i];
+    inv1 = inverse_rms(block_sum<kRowThreads>(squares, reduce1), dim, eps);
+  }
   float squares2 = 0.0f;
   for (int i = tid; i < dim; i += kRowThreads) {
-    const float normed = x[base + i] * inv1 * (to_f32(w_post[i]) + offset);
+    const float normed = kPost ? x[base + i] * inv1 * (to_f32(w_post[i]) + offset) : x[base + i];
     const float s = __fadd_rn(residual[base + i], normed);  // never contracted with the product
     sum[base + i] = s;
     squares2 += s * s;
@@ -126,22 +133,32 @@ __global__ void __launch_bounds__(kRowThreads)
 
 namespace {
 
+template <typename W, typename Y, bool kPost>
+void launch_norm_add_norm_kernel(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
+                                 Y* y, int64_t rows, int64_t dim, float eps, float offset, const Launch& launch) {
+  const auto grid = static_cast<unsigned>(rows);
+  const int d = static_cast<int>(dim);
+  if (rows <= kFewRows && dim <= static_cast<int64_t>(kCachedThreadsFewRows) * kCachedPer) {
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsFewRows, kPost>, grid, kCachedThreadsFewRows, 0,
+                  launch, x, w_post, residual, sum, w_next, y, d, eps, offset);
+  } else if (dim <= static_cast<int64_t>(kCachedThreadsManyRows) * kCachedPer) {
+    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsManyRows, kPost>, grid, kCachedThreadsManyRows, 0,
+                  launch, x, w_post, residual, sum, w_next, y, d, eps, offset);
+  } else {
+    launch_kernel(norm_add_norm_kernel<W, Y, kPost>, grid, kRowThreads, 0, launch, x, w_post, residual, sum, w_next, y,
+                  d, eps, offset);
+  }
+}
+
 template <typename W, typename Y>
 cudaError_t launch_norm_add_norm(const float* x, const W* w_post, const float* residual, float* sum, const W* w_next,
                                  Y* y, int64_t rows, int64_t dim, float eps, float offset, const Launch& launch) {
   if (rows < 0 || dim <= 0 || dim > INT32_MAX || rows > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  const auto grid = static_cast<unsigned>(rows);
-  const int d = static_cast<int>(dim);
-  if (rows <= kFewRows && dim <= static_cast<int64_t>(kCachedThreadsFewRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsFewRows>, grid, kCachedThreadsFewRows, 0, launch, x,
-                  w_post, residual, sum, w_next, y, d, eps, offset);
-  } else if (dim <= static_cast<int64_t>(kCachedThreadsManyRows) * kCachedPer) {
-    launch_kernel(norm_add_norm_cached_kernel<W, Y, kCachedThreadsManyRows>, grid, kCachedThreadsManyRows, 0, launch, x,
-                  w_post, residual, sum, w_next, y, d, eps, offset);
+  if (w_post != nullptr) {
+    launch_norm_add_norm_kernel<W, Y, true>(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, launch);
   } else {
-    launch_kernel(norm_add_norm_kernel<W, Y>, grid, kRowThreads, 0, launch, x, w_post, residual, sum, w_next, y, d, eps,
-                  offset);
+    launch_norm_add_norm_kernel<W, Y, false>(x, w_post, residual, sum, w_next, y, rows, dim, eps, offset, launch);
   }
   return cudaGetLastError();
 }
