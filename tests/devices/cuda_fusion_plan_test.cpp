@@ -1,5 +1,6 @@
-// The CUDA device's launch plan (devices/cuda/fusion_plan.h), plain C++: on the mini Gemma-3,
-// which nodes run as one fused launch, and that with fusion off every node is its own step.
+// The CUDA device's launch plan (devices/cuda/fusion_plan.h), plain C++: on the mini Gemma-3
+// and a small Llama, which nodes run as one fused launch, and that with fusion off every node
+// is its own step.
 #include "devices/cuda/fusion_plan.h"
 
 #include <gtest/gtest.h>
@@ -8,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "../models/small_decoder.h"
+#include "models/decoder.h"
 #include "models/gemma3.h"
 
 namespace gearbox::internal {
@@ -77,8 +80,65 @@ TEST(CudaFusionPlan, MiniGemma3FusesNormsRopeResidualsAndGatedMlps) {
       EXPECT_EQ(steps[i + 1].kind, Step::kHeadNormRope);
     }
   }
+  const ResidualStepNodes parts = residual_step_nodes(net, steps[6]);  // the first residual step
+  EXPECT_EQ(parts.first_norm, &net.nodes[9]);
+  EXPECT_EQ(parts.add, &net.nodes[10]);
+  EXPECT_EQ(parts.last_norm, &net.nodes[11]);
   EXPECT_EQ(step_starting_at(steps, 12), &steps[7]);  // the first gated MLP
   EXPECT_EQ(step_starting_at(steps, 13), nullptr);    // inside it
+}
+
+// A pre-norm family without q / k norms (Llama; Qwen2 and Mistral build the same nodes):
+// the two ropes run as one launch, and each residual add with the pre-norm after it, fed to
+// the linear that alone reads the norm.
+TEST(CudaFusionPlan, LlamaFusesRopesAndResidualAddsWithTheirNorms) {
+  models::RandomWeights random(7);
+  Result<models::BuiltModel> model = models::build_decoder(testing::small_decoder("llama"), random);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const ir::Network& net = model->network;
+  ASSERT_EQ(net.nodes.size(), 28u);  // embedding, 2 layers of 12 nodes, take_last, final norm, logits
+  const std::vector<Step> steps = plan_steps(net, /*fuse=*/true);
+
+  struct Expected {
+    Step::Kind kind;
+    std::vector<size_t> nodes;
+    bool feeds_linear = false;
+  };
+  // Layer nodes from base: input norm, qkv, q / k ropes, attention, o_proj, add, pre-FFN
+  // norm, gate_up, silu_mul, down, add.
+  const std::vector<Expected> expected = {
+      {Step::kSingle, {0}},                // embedding
+      {Step::kSingle, {1}},                // the first layer's input norm
+      {Step::kSingle, {2}},                // qkv
+      {Step::kRopes, {3, 4}},              // q / k ropes
+      {Step::kSingle, {5}},                // attention
+      {Step::kSingle, {6}},                // o_proj
+      {Step::kAddNorm, {7, 8}, true},      // add + pre-FFN norm, into gate / up
+      {Step::kGatedLinear, {9, 10, 11}},   // gate / up, silu_mul, down
+      {Step::kAddNorm, {12, 13}, true},    // add + the next layer's input norm, into qkv
+      {Step::kSingle, {14}},               // qkv
+      {Step::kRopes, {15, 16}},            //
+      {Step::kSingle, {17}},               // attention
+      {Step::kSingle, {18}},               // o_proj
+      {Step::kAddNorm, {19, 20}, true},    //
+      {Step::kGatedLinear, {21, 22, 23}},  //
+      {Step::kSingle, {24}},               // the last add: take_last follows
+      {Step::kSingle, {25}},               // take_last
+      {Step::kSingle, {26}},               // final norm
+      {Step::kSingle, {27}},               // logits
+  };
+  ASSERT_EQ(steps.size(), expected.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].kind, expected[i].kind) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_EQ(steps[i].nodes, expected[i].nodes) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_EQ(steps[i].feeds_linear, expected[i].feeds_linear) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_FALSE(steps[i].feeds_attention) << "step " << i << ": " << describe(steps[i]);
+  }
+  // The residual step's parts: no first norm, the add, then the norm.
+  const ResidualStepNodes parts = residual_step_nodes(net, steps[6]);
+  EXPECT_EQ(parts.first_norm, nullptr);
+  EXPECT_EQ(parts.add, &net.nodes[7]);
+  EXPECT_EQ(parts.last_norm, &net.nodes[8]);
 }
 
 TEST(CudaFusionPlan, WithoutFusionEveryNodeIsItsOwnStep) {

@@ -15,6 +15,7 @@
 #include "gearbox/profile_guard.h"
 #include "models/decoder.h"
 #include "runtime/device_backend.h"
+#include "small_decoder.h"
 
 namespace gearbox::testing {
 namespace {
@@ -26,20 +27,7 @@ using models::RopeScaling;
 
 bool have_cuda() { return internal::device_backend(DeviceKind::kCuda).ok(); }
 
-DecoderDescription base(const std::string& family) {
-  DecoderDescription d;
-  d.family = family;
-  d.vocab = 97;
-  d.hidden = 48;
-  d.intermediate = 80;
-  d.heads = 6;
-  d.kv_heads = 2;
-  d.head_dim = 16;
-  d.layers.assign(2, DecoderLayer{});
-  d.query_pre_attn_scalar = 16.0f;
-  d.max_context = 64;
-  return d;
-}
+DecoderDescription base(const std::string& family) { return small_decoder(family); }
 
 std::vector<DecoderDescription> families() {
   std::vector<DecoderDescription> out;

@@ -70,7 +70,7 @@ bool rounded_gate_up(const ir::Network& net, const Step* step, uint32_t tactic);
 /// timing and the memory plan, which see a node, not a step).
 bool rounded_gate_up_node(const ir::Network& net, const std::vector<Step>& steps, size_t n, uint32_t tactic);
 
-/// A GEMV's input computed by the GEMV itself: the residual step of a kNormAddNorm step whose
+/// A GEMV's input computed by the GEMV itself: the residual step of a kNormAddNorm or kAddNorm step whose
 /// last norm only that linear reads (norm_into_gemv), its weights of the linear's type W,
 /// which typed() restores.
 using NormInput = cuda::GemvNormInput<void>;

@@ -36,7 +36,22 @@ struct StackedQkv {
   int64_t v_heads = 0;
 };
 
-/// A fused chain. into_gemm_input (a kNormAddNorm step, norm_writes_gemm_input): the last
+/// What a kNormAddNorm or kAddNorm step computes from: sum = residual + post_norm(x), the
+/// post-norm absent (null) in kAddNorm, where x is the add's second input (the sum does not
+/// depend on the order).
+struct ResidualInputs {
+  int32_t x = -1;
+  int32_t residual = -1;
+  const Node* post_norm = nullptr;
+};
+ResidualInputs residual_inputs(const ResidualStepNodes& nodes) {
+  const Node& add = *nodes.add;
+  if (nodes.first_norm == nullptr) return {add.inputs[1], add.inputs[0], nullptr};
+  const int32_t normed = nodes.first_norm->outputs[0];
+  return {nodes.first_norm->inputs[0], add.inputs[0] == normed ? add.inputs[1] : add.inputs[0], nodes.first_norm};
+}
+
+/// A fused chain. into_gemm_input (a kNormAddNorm or kAddNorm step, norm_writes_gemm_input): the last
 /// norm goes into the scratch, rounded to the weights' type, as the next linear's GEMM input;
 /// its f32 output is never stored. qkv (a kHeadNormRope step of q and k): they are read from
 /// the stacked output, and v is copied out of it in the same launch.
@@ -44,9 +59,33 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                  const cuda::Launch& launch, bool into_gemm_input = false, const StackedQkv* qkv = nullptr) {
   auto tensor = [&](int32_t t) { return a.tensors[static_cast<size_t>(t)]; };
   auto weight = [&](const Node& n) { return weights.ptr[static_cast<size_t>(n.weights[0])]; };
-  const Node& first = net.nodes[step.nodes[0]];
-  const ir::OpAttrs& norm = first.attrs;
   int* fault = fault_flag(a);
+  if (step.kind == Step::kRopes) {  // no norm weights: rotated only
+    cuda::HeadNormRope<float> parts[2];
+    for (size_t p = 0; p < 2; ++p) {
+      const Node& rope = net.nodes[step.nodes[p]];
+      parts[p] = {static_cast<const float*>(tensor(rope.inputs[0])),
+                  nullptr,
+                  static_cast<float*>(tensor(rope.outputs[0])),
+                  rope.attrs.heads,
+                  rope.attrs.theta,
+                  rope.attrs.scale,
+                  weights.rope_table(rope)};
+      parts[p].rotate_only = true;
+    }
+    const Node& rope0 = net.nodes[step.nodes[0]];
+    const Dims& x0 = a.dims[static_cast<size_t>(rope0.inputs[0])];
+    const bool pos_i64 = net.tensors[static_cast<size_t>(rope0.inputs[1])].dtype == DataType::kI64;
+    return cuda_check(cuda::head_norm_rope<float>(parts, 2, tensor(rope0.inputs[1]), pos_i64, x0[0] * x0[1],
+                                                  rope0.attrs.head_dim, 0.0f, 0.0f, fault, launch, net.slots > 0),
+                      "rope of q and k (fused)");
+  }
+  const ResidualStepNodes residual_nodes =
+      step.kind == Step::kHeadNormRope ? ResidualStepNodes{} : residual_step_nodes(net, step);
+  // The node whose weights set the type: the first norm, or kAddNorm's only norm.
+  const Node& first = residual_nodes.add != nullptr && residual_nodes.first_norm == nullptr ? *residual_nodes.last_norm
+                                                                                            : net.nodes[step.nodes[0]];
+  const ir::OpAttrs& norm = first.attrs;
   return by_weight_type(weights.type[static_cast<size_t>(first.weights[0])], [&](auto tag) -> Status {
     using W = decltype(tag);
     if (step.kind == Step::kHeadNormRope) {
@@ -79,26 +118,28 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
                                   norm.head_dim, norm.eps, norm.weight_offset, fault, launch, net.slots > 0),
           qkv != nullptr ? "rms_norm + rope (fused, from the stacked QKV output)" : "rms_norm + rope (fused)");
     }
-    const Node& add = net.nodes[step.nodes[1]];
-    const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
-    const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
+    const ResidualInputs in = residual_inputs(residual_nodes);
+    const Node* next = residual_nodes.last_norm;
+    const Dims& x = a.dims[static_cast<size_t>(in.x)];
     const int64_t dim = x[x.rank() - 1];
-    const Node* next = step.nodes.size() == 3 ? &net.nodes[step.nodes[2]] : nullptr;
+    const W* w_post = in.post_norm != nullptr ? static_cast<const W*>(weight(*in.post_norm)) : nullptr;
+    const bool post = w_post != nullptr;
     if (into_gemm_input) {
-      return cuda_check(cuda::norm_add_norm_to<W>(
-                            static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
-                            static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
-                            static_cast<const W*>(weight(*next)), static_cast<W*>(a.scratch), x.volume() / dim, dim,
-                            norm.eps, norm.weight_offset, launch),
-                        "rms_norm + add + rms_norm into the GEMM input (fused)");
+      return cuda_check(cuda::norm_add_norm_to<W>(static_cast<const float*>(tensor(in.x)), w_post,
+                                                  static_cast<const float*>(tensor(in.residual)),
+                                                  static_cast<float*>(tensor(residual_nodes.add->outputs[0])),
+                                                  static_cast<const W*>(weight(*next)), static_cast<W*>(a.scratch),
+                                                  x.volume() / dim, dim, norm.eps, norm.weight_offset, launch),
+                        post ? "rms_norm + add + rms_norm into the GEMM input (fused)"
+                             : "add + rms_norm into the GEMM input (fused)");
     }
-    return cuda_check(
-        cuda::norm_add_norm<W>(static_cast<const float*>(tensor(first.inputs[0])), static_cast<const W*>(weight(first)),
-                               static_cast<const float*>(tensor(residual)), static_cast<float*>(tensor(add.outputs[0])),
-                               next != nullptr ? static_cast<const W*>(weight(*next)) : nullptr,
-                               next != nullptr ? static_cast<float*>(tensor(next->outputs[0])) : nullptr,
-                               x.volume() / dim, dim, norm.eps, norm.weight_offset, launch),
-        "rms_norm + add + rms_norm (fused)");
+    return cuda_check(cuda::norm_add_norm<W>(static_cast<const float*>(tensor(in.x)), w_post,
+                                             static_cast<const float*>(tensor(in.residual)),
+                                             static_cast<float*>(tensor(residual_nodes.add->outputs[0])),
+                                             next != nullptr ? static_cast<const W*>(weight(*next)) : nullptr,
+                                             next != nullptr ? static_cast<float*>(tensor(next->outputs[0])) : nullptr,
+                                             x.volume() / dim, dim, norm.eps, norm.weight_offset, launch),
+                      post ? "rms_norm + add + rms_norm (fused)" : "add + rms_norm (fused)");
   });
 }
 
@@ -172,19 +213,25 @@ Status run_attention_head_norm(const Network& net, const CudaWeights& weights, c
   });
 }
 
-/// Whether a kNormAddNorm step writes its last norm into the scratch, rounded to the weights'
+/// Whether a kNormAddNorm or kAddNorm step writes its last norm into the scratch, rounded to the weights'
 /// type, for the next step's linear (see plan_steps): that linear runs cuBLASLt on 16-bit
 /// weights of the norms' type.
 bool norm_writes_gemm_input(const Network& net, const CudaWeights& weights, const Step& step, const Step* next,
                             const std::vector<uint32_t>& tactics) {
-  if (step.kind != Step::kNormAddNorm || !step.feeds_linear || next == nullptr) return false;
+  if ((step.kind != Step::kNormAddNorm && step.kind != Step::kAddNorm) || !step.feeds_linear || next == nullptr) {
+    return false;
+  }
   const size_t linear = next->nodes[0];
   const DataType type = weights.type[static_cast<size_t>(net.nodes[linear].weights[0])];
-  return !is_gemv(tactics[linear]) && type != DataType::kF32 &&
-         weights.type[static_cast<size_t>(net.nodes[step.nodes[0]].weights[0])] == type;
+  const ResidualStepNodes nodes = residual_step_nodes(net, step);
+  const auto norm_type = [&](const Node* n) {
+    return n == nullptr || weights.type[static_cast<size_t>(n->weights[0])] == type;
+  };
+  return !is_gemv(tactics[linear]) && type != DataType::kF32 && norm_type(nodes.first_norm) &&
+         norm_type(nodes.last_norm);
 }
 
-/// Whether the GEMV of the step after a kNormAddNorm step computes that step in its prologue
+/// Whether the GEMV of the step after a kNormAddNorm or kAddNorm step computes that step in its prologue
 /// (cuda::GemvNormInput), and with what: the step's last norm is read only by the next
 /// step's linear (plan_steps), which runs the GEMV tactic as one launch (a single linear of
 /// at most cuda::kGemvMaxTargets outputs, or a gated pair) on one row of K that the GEMV
@@ -200,15 +247,16 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
       (next->kind == Step::kSingle && linear.outputs.size() > static_cast<size_t>(cuda::kGemvMaxTargets))) {
     return std::nullopt;
   }
-  const Node& first = net.nodes[step.nodes[0]];
-  const Node& add = net.nodes[step.nodes[1]];
-  const Node& last = net.nodes[step.nodes[2]];
+  const ResidualStepNodes nodes = residual_step_nodes(net, step);
+  const ResidualInputs inputs = residual_inputs(nodes);
+  const Node& add = *nodes.add;
+  const Node& last = *nodes.last_norm;
   const DataType type = weights.type[static_cast<size_t>(linear.weights[0])];
-  if (weights.type[static_cast<size_t>(first.weights[0])] != type ||
+  if ((nodes.first_norm != nullptr && weights.type[static_cast<size_t>(nodes.first_norm->weights[0])] != type) ||
       weights.type[static_cast<size_t>(last.weights[0])] != type) {
     return std::nullopt;
   }
-  const Dims& x = a.dims[static_cast<size_t>(first.inputs[0])];
+  const Dims& x = a.dims[static_cast<size_t>(inputs.x)];
   const int64_t k = x[x.rank() - 1];
   bool served = false;
   (void)by_weight_type(type, [&](auto tag) -> Status {
@@ -216,10 +264,14 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
     return {};
   });
   const auto tensor = [&](int32_t t) { return static_cast<float*>(a.tensors[static_cast<size_t>(t)]); };
-  const int32_t residual = add.inputs[0] == first.outputs[0] ? add.inputs[1] : add.inputs[0];
-  const NormInput in{tensor(first.inputs[0]),  weights.ptr[static_cast<size_t>(first.weights[0])], tensor(residual),
-                     tensor(add.outputs[0]),   weights.ptr[static_cast<size_t>(last.weights[0])],  first.attrs.eps,
-                     first.attrs.weight_offset};
+  const NormInput in{
+      tensor(inputs.x),
+      inputs.post_norm != nullptr ? weights.ptr[static_cast<size_t>(inputs.post_norm->weights[0])] : nullptr,
+      tensor(inputs.residual),
+      tensor(add.outputs[0]),
+      weights.ptr[static_cast<size_t>(last.weights[0])],
+      last.attrs.eps,
+      last.attrs.weight_offset};
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!served || !aligned(in.x) || !aligned(in.residual) || !aligned(in.sum) || !aligned(in.w_post) ||
       !aligned(in.w_next)) {
@@ -232,7 +284,7 @@ std::optional<NormInput> norm_into_gemv(const Network& net, const CudaWeights& w
   const size_t count = 1 + writer.outputs.size();  // <= kGemvMaxTargets outputs (checked above)
   std::copy(writer.outputs.begin(), writer.outputs.end(), written.begin() + 1);
   for (size_t w = 0; w < count; ++w) {
-    for (int32_t read : {first.inputs[0], residual}) {
+    for (int32_t read : {inputs.x, inputs.residual}) {
       if (!tensors_apart(a, written[w], read)) return std::nullopt;
     }
     for (size_t v = w + 1; v < count; ++v) {

@@ -34,6 +34,13 @@ std::vector<Step> plan_steps(const Network& net, bool fuse) {
            only_reader_is(norm, rope, 0);
   };
 
+  // Two ropes at the same positions and head_dim, which head_norm_rope rotates in one launch.
+  auto rope_pair = [](const Node* a, const Node* b) {
+    return a != nullptr && b != nullptr && a->kind == OpKind::kRope && b->kind == OpKind::kRope &&
+           a->inputs[1] == b->inputs[1] && a->attrs.head_dim == b->attrs.head_dim && a->attrs.head_dim > 0 &&
+           a->attrs.head_dim % 2 == 0 && a->attrs.head_dim <= 1024;
+  };
+
   auto gated_pair = [&](const Node* linear, const Node* act) {
     if (linear == nullptr || act == nullptr || linear->kind != OpKind::kLinear || linear->outputs.size() != 2 ||
         (act->kind != OpKind::kGeluTanhMul && act->kind != OpKind::kSiluMul)) {
@@ -61,6 +68,13 @@ std::vector<Step> plan_steps(const Network& net, bool fuse) {
       i += 4;
     } else if (fuse && head_norm(a) && rope_of(*a, b)) {
       steps.push_back({Step::kHeadNormRope, {i, i + 1}});
+      i += 2;
+    } else if (fuse && rope_pair(a, b)) {
+      steps.push_back({Step::kRopes, {i, i + 1}});
+      i += 2;
+    } else if (fuse && a->kind == OpKind::kAdd && row_norm(b) && b->inputs[0] == a->outputs[0]) {
+      const bool feeds_linear = c != nullptr && c->kind == OpKind::kLinear && only_reader_is(*b, c, 0);
+      steps.push_back({Step::kAddNorm, {i, i + 1}, feeds_linear});
       i += 2;
     } else if (fuse && row_norm(a) && b != nullptr && b->kind == OpKind::kAdd &&
                (only_reader_is(*a, b, 1) || only_reader_is(*a, b, 0))) {
@@ -99,6 +113,12 @@ std::vector<Step> plan_steps(const Network& net, bool fuse) {
         net.weights[static_cast<size_t>(linear.weights[2])].dims[0] % q_norm.attrs.head_dim == 0;
   }
   return steps;
+}
+
+ResidualStepNodes residual_step_nodes(const Network& net, const Step& step) {
+  const auto at = [&](size_t i) { return i < step.nodes.size() ? &net.nodes[step.nodes[i]] : nullptr; };
+  if (step.kind == Step::kAddNorm) return {nullptr, at(0), at(1)};
+  return {at(0), at(1), at(2)};
 }
 
 /// The step of `steps` whose first node is n, or null.
