@@ -411,12 +411,12 @@ PrimeTimes prime_output(int device, DataType out_type) {
 
 void CublasLtGemm::prime() {
   const auto start = std::chrono::steady_clock::now();
-  // Each output type's first heuristic query loads tables of its own: the two run at once.
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) {
     (void)cudaGetLastError();
     return;
   }
+  // Each output type's first heuristic query loads tables of its own: the two run at once.
   PrimeTimes rounded;
   std::thread other;
   try {
