@@ -51,6 +51,22 @@ ResidualInputs residual_inputs(const ResidualStepNodes& nodes) {
   return {nodes.first_norm->inputs[0], add.inputs[0] == normed ? add.inputs[1] : add.inputs[0], nodes.first_norm};
 }
 
+/// A head_norm_rope part for one rope node: x is the rope's input, or the input of the norm
+/// before it, whose weights are w; w null: the part only rotates (a kRopes step).
+template <typename W>
+cuda::HeadNormRope<W> rope_part(const Node& rope, const CudaWeights& weights, const NodeArgs& a, const float* x,
+                                const W* w) {
+  cuda::HeadNormRope<W> part{x,
+                             w,
+                             static_cast<float*>(a.tensors[static_cast<size_t>(rope.outputs[0])]),
+                             rope.attrs.heads,
+                             rope.attrs.theta,
+                             rope.attrs.scale,
+                             weights.rope_table(rope)};
+  part.rotate_only = w == nullptr;
+  return part;
+}
+
 /// A fused chain. into_gemm_input (a kNormAddNorm or kAddNorm step, norm_writes_gemm_input): the last
 /// norm goes into the scratch, rounded to the weights' type, as the next linear's GEMM input;
 /// its f32 output is never stored. qkv (a kHeadNormRope step of q and k): they are read from
@@ -64,14 +80,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
     cuda::HeadNormRope<float> parts[2];
     for (size_t p = 0; p < 2; ++p) {
       const Node& rope = net.nodes[step.nodes[p]];
-      parts[p] = {static_cast<const float*>(tensor(rope.inputs[0])),
-                  nullptr,
-                  static_cast<float*>(tensor(rope.outputs[0])),
-                  rope.attrs.heads,
-                  rope.attrs.theta,
-                  rope.attrs.scale,
-                  weights.rope_table(rope)};
-      parts[p].rotate_only = true;
+      parts[p] = rope_part<float>(rope, weights, a, static_cast<const float*>(tensor(rope.inputs[0])), nullptr);
     }
     const Node& rope0 = net.nodes[step.nodes[0]];
     const Dims& x0 = a.dims[static_cast<size_t>(rope0.inputs[0])];
@@ -83,8 +92,7 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
   const ResidualStepNodes residual_nodes =
       step.kind == Step::kHeadNormRope ? ResidualStepNodes{} : residual_step_nodes(net, step);
   // The node whose weights set the type: the first norm, or kAddNorm's only norm.
-  const Node& first = residual_nodes.add != nullptr && residual_nodes.first_norm == nullptr ? *residual_nodes.last_norm
-                                                                                            : net.nodes[step.nodes[0]];
+  const Node& first = step.kind == Step::kAddNorm ? *residual_nodes.last_norm : net.nodes[step.nodes[0]];
   const ir::OpAttrs& norm = first.attrs;
   return by_weight_type(weights.type[static_cast<size_t>(first.weights[0])], [&](auto tag) -> Status {
     using W = decltype(tag);
@@ -95,14 +103,8 @@ Status run_fused(const Network& net, const CudaWeights& weights, const Step& ste
       const Dims& x0 = a.dims[static_cast<size_t>(rope0.inputs[0])];
       for (size_t p = 0; p < pairs; ++p) {
         const Node& nn = net.nodes[step.nodes[p]];
-        const Node& rope = net.nodes[step.nodes[pairs + p]];
-        parts[p] = {static_cast<const float*>(tensor(nn.inputs[0])),
-                    static_cast<const W*>(weight(nn)),
-                    static_cast<float*>(tensor(rope.outputs[0])),
-                    rope.attrs.heads,
-                    rope.attrs.theta,
-                    rope.attrs.scale,
-                    weights.rope_table(rope)};
+        parts[p] = rope_part<W>(net.nodes[step.nodes[pairs + p]], weights, a,
+                                static_cast<const float*>(tensor(nn.inputs[0])), static_cast<const W*>(weight(nn)));
       }
       size_t count = pairs;
       if (qkv != nullptr) {

@@ -182,9 +182,10 @@ __device__ __forceinline__ void stage_norm_weights(const GemvNormInput<W>& n, in
 }
 
 /// kNorm, after the wait: x_shared [K] = rms_norm(residual + rms_norm(x, w_post), w_next)
-/// (residual_norm_staged; residual + x without w_post), the sum written to n.sum when write_sum. x and the residual are
-/// copied into shared memory first (x_shared, then the residual at x_shared + K), every load
-/// in flight at once, so the prologue costs one round trip to L2 and two block reductions.
+/// (residual_norm_staged; residual + x without w_post), the sum written to n.sum when
+/// write_sum. x and the residual are copied into shared memory first (x_shared, then the
+/// residual at x_shared + K), every load in flight at once, so the prologue costs one round
+/// trip to L2 and two block reductions (one without w_post).
 /// K % 4 == 0 and every vector 16-byte aligned (checked by the entries). Ends with a barrier.
 template <typename W>
 __device__ __forceinline__ void norm_input(const GemvNormInput<W>& n, int K, float* x_shared, const W* w_shared,

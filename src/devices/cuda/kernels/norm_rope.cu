@@ -240,7 +240,8 @@ __global__ void __launch_bounds__(kHeadThreads)
     // Every thread's reads of x precede the barrier inside block_sum_to_all: y may be x below.
     inv_rms = inverse_rms(block_sum_to_all<kHeadThreads>(sum, sums), head_dim, eps);
   }
-  // Without a norm, thread tid reads and writes only elements i and i + half of its pairs.
+  // Without a norm there is no barrier, and none is needed: a thread reads and writes only
+  // the elements i and i + half of its own pairs.
 
   if (pos < 0) {
     if (padding && pos == -1) {  // a padding token's rows are never read
