@@ -57,25 +57,51 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
   fill_f32(vc.as<float>(), pool_floats, 6);
   DeviceMemory q(static_cast<size_t>(heads * hd) * 4), out(static_cast<size_t>(heads * hd) * 4), pos(sizeof(int32_t));
   fill_f32(q.as<float>(), heads * hd, 7);
-  // 8 and 16 splits combine in a cluster (one launch), 32 and 128 in a second kernel.
+  // 8 and 16 splits combine in a cluster (one launch), 32 and 128 in a second kernel (the
+  // 4096-key range takes the splits max_splits allows); each with the query heads a block
+  // serves chosen by the launcher ("auto") and set (hpb=).
+  const int64_t group = heads / kv_heads;
   for (int max_splits : {8, 16, 32, 128}) {
     DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, max_splits)) * 4);
-    for (int32_t ctx : {128, 1024, 4096}) {
+    for (int32_t ctx : {128, 1024, 2048, 4096}) {
+      const int32_t p = ctx - 1;
+      CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+      const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+      for (int hpb : {0, 1, 2, 4, 8}) {
+        if (hpb > group || (hpb > 0 && group % hpb != 0) || (max_splits == 128 && hpb > 0)) continue;
+        const Timing t = time_launches(stream, copies, [&](int i) {
+          const int64_t off = (i % copies) * ctx * width;
+          CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
+                                       pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
+                                       partials.as<float>(), max_splits, nullptr, on, false, {}, hpb));
+        });
+        const double bytes = 2.0 * static_cast<double>(ctx * width) * 4;
+        print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
+                  std::to_string(
+                      cuda::attention_decode_splits(1, heads, max_ctx, window, max_splits, on.limits->sm_count)) +
+                  ") " + (hpb == 0 ? std::string("auto") : "hpb=" + std::to_string(hpb)),
+              t, bytes, 1e3, "GB/s");
+      }
+    }
+  }
+  // One query on the tensor-core attention (the prefill's kernels at T = 1: K / V rows to
+  // bf16, the attention, the combine), the other tactic the builder times for a decode step.
+  {
+    DeviceMemory scratch(static_cast<size_t>(std::max<int64_t>(1, cuda::attention_prefill_mma_scratch_floats(
+                                                                      1, heads, kv_heads, hd, max_ctx, *on.limits))) *
+                         4);
+    for (int32_t ctx : {128, 1024, 2048}) {
       const int32_t p = ctx - 1;
       CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
       const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
       const Timing t = time_launches(stream, copies, [&](int i) {
         const int64_t off = (i % copies) * ctx * width;
-        CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
-                                     pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
-                                     partials.as<float>(), max_splits, nullptr, on));
+        CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
+                                          pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window,
+                                          scale, scratch.as<float>(), nullptr, on));
       });
-      const double bytes = 2.0 * static_cast<double>(ctx * width) * 4;
-      print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
-                std::to_string(
-                    cuda::attention_decode_splits(1, heads, max_ctx, window, max_splits, on.limits->sm_count)) +
-                ")",
-            t, bytes, 1e3, "GB/s");
+      print("decode ctx=" + std::to_string(ctx) + " mma_bf16", t, 2.0 * static_cast<double>(ctx * width) * 4, 1e3,
+            "GB/s");
     }
   }
   // A batched decode: `rows` queries, each in its own KV-cache slot of kSlotCtx rows at

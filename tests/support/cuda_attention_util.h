@@ -44,9 +44,11 @@ inline std::vector<float> make_cache(const AttentionCase& c, const std::vector<i
 enum class AttentionKernel { kDecode, kPrefill, kPrefillMma };
 
 /// Runs one attention kernel and returns its output (checking sentinels, partials included).
+/// heads_per_block: the decode kernel's (0: the launcher's choice).
 inline std::vector<float> run_attention(AttentionKernel kernel, const AttentionCase& c, const std::vector<float>& q,
                                         const Floats& kc, const Floats& vc, const Indices& pos, int64_t T,
-                                        int max_splits, const cuda::Launch& launch, int* error_flag = nullptr) {
+                                        int max_splits, const cuda::Launch& launch, int* error_flag = nullptr,
+                                        int heads_per_block = 0) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   Floats d_q(q);
   Floats out = Floats::poisoned(T * c.heads * c.head_dim);
@@ -61,7 +63,7 @@ inline std::vector<float> run_attention(AttentionKernel kernel, const AttentionC
   if (kernel == AttentionKernel::kDecode) {
     err = cuda::attention_decode(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                  c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(), max_splits,
-                                 error_flag, launch);
+                                 error_flag, launch, false, {}, heads_per_block);
   } else if (kernel == AttentionKernel::kPrefillMma) {
     err = cuda::attention_prefill_mma(d_q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), pos.i64, out.get(), T,
                                       c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, scale, partials.get(),

@@ -37,6 +37,8 @@ constexpr AttentionCase kAttentionCases[] = {
     {kGemma3_1B.heads, kGemma3_1B.kv_heads, kGemma3_1B.head_dim, 0, kCheckAndTime},
     {4, 2, 12, 5},
     {kMini.heads, kMini.kv_heads, kMini.head_dim, kMini.window},
+    {kLlama32_1B.heads, kLlama32_1B.kv_heads, kLlama32_1B.head_dim, kLlama32_1B.window, kCheckAndTime},
+    {kQwen3_06B.heads, kQwen3_06B.kv_heads, kQwen3_06B.head_dim, kQwen3_06B.window, kCheckAndTime},
 };
 
 constexpr LinearCase kGemmCases[] = {

@@ -26,6 +26,9 @@ struct ModelShape {
 inline constexpr ModelShape kMini = {"mini", 2048, 320, 640, 4, 1, 80, 0};
 /// Gemma-3-1B (bf16 weights in the product; the benchmark's shape).
 inline constexpr ModelShape kGemma3_1B = {"gemma-3-1b", 262144, 1152, 6912, 4, 1, 256, 512};
+/// Llama-3.2-1B and Qwen3-0.6B (the pre-norm families' benchmark shapes; no window).
+inline constexpr ModelShape kLlama32_1B = {"llama-3.2-1b", 128256, 2048, 8192, 32, 8, 64, 0};
+inline constexpr ModelShape kQwen3_06B = {"qwen3-0.6b", 151936, 1024, 3072, 16, 8, 128, 0};
 
 /// Where a case runs.
 struct Use {

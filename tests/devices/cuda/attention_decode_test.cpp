@@ -33,6 +33,48 @@ TEST_F(CudaKernels, AttentionDecodeMatchesCpu) {
   }
 }
 
+// Every number of query heads a block serves, in the cluster and the combine kernel's forms,
+// at one query and two, against the CPU; and the counts the launcher must refuse.
+TEST_F(CudaKernels, AttentionDecodeMatchesCpuForAnyHeadsPerBlock) {
+  const std::vector<std::vector<int64_t>> position_sets = {{0}, {700}, {700, 701}};
+  for (const AttentionCase& c : checked_attention_cases()) {
+    const int64_t group = c.heads / c.kv_heads;
+    if (group < 2) continue;
+    for (const std::vector<int64_t>& pos : position_sets) {
+      const auto T = static_cast<int64_t>(pos.size());
+      const std::vector<float> q = random_floats(T * c.heads * c.head_dim, 63);
+      const std::vector<float> kc = make_cache(c, pos, 64), vc = make_cache(c, pos, 65);
+      Floats d_kc(kc), d_vc(vc);
+      Indices d_pos(false, pos);
+      const std::vector<float> want = cpu_attention(c, q, kc, vc, pos);
+      for (int hpb : {1, 2, 4, 8}) {
+        if (group % hpb != 0) continue;
+        for (int max_splits : {1, 16, 32}) {
+          const std::vector<float> got =
+              run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, T, max_splits, launch_, nullptr, hpb);
+          EXPECT_TRUE(
+              close(attention_name("attention_decode", c, pos, max_splits) + " heads_per_block " + std::to_string(hpb),
+                    got, want, {2e-5, 1e-4}));
+        }
+      }
+    }
+  }
+  const AttentionCase c = {8, 2, 64, 0};  // a group of 4
+  const Floats q(random_floats(c.heads * c.head_dim, 66));
+  const Floats out = Floats::poisoned(c.heads * c.head_dim);
+  const Floats kc(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 67));
+  const Floats vc(random_floats(kMaxCtx * c.kv_heads * c.head_dim, 68));
+  const Floats partials = Floats::poisoned(cuda::attention_decode_partials_floats(1, c.heads, c.head_dim, 16));
+  Indices pos(false, {5});
+  for (int hpb : {-1, 3, 8, 16}) {
+    EXPECT_EQ(cuda::attention_decode(q.get(), nullptr, nullptr, kc.get(), vc.get(), pos.get(), false, out.get(), 1,
+                                     c.heads, c.kv_heads, c.head_dim, kMaxCtx, c.window, 0.125f, partials.get(), 16,
+                                     nullptr, launch_, false, {}, hpb),
+              cudaErrorInvalidValue)
+        << "heads_per_block " << hpb;
+  }
+}
+
 TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
   const AttentionCase c = {4, 1, 256, 0};
   const std::vector<int64_t> pos = {700, 701};

@@ -492,9 +492,12 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
                                     int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window,
                                     float scale, float* partials, int max_splits, int* error_flag, const Launch& launch,
                                     bool positions_from_host, const AttentionArgs::HeadNorm& norm,
-                                    const CacheSlots& slots) {
+                                    const CacheSlots& slots, int heads_per_block) {
   if (check_attention_shape(T, heads, kv_heads, head_dim, max_ctx, window) != cudaSuccess || max_splits < 1 ||
-      max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr) || slots.seq < 1) {
+      max_splits > kMaxSplits || T > 65535 || (k_new == nullptr) != (v_new == nullptr) || slots.seq < 1 ||
+      (heads_per_block != 0 &&
+       (heads_per_block < 0 || heads_per_block > 8 || (heads_per_block & (heads_per_block - 1)) != 0 ||
+        (heads / kv_heads) % heads_per_block != 0))) {
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
@@ -525,10 +528,12 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   // Query heads per block (kG, dividing the group): more share each K / V row load, fewer
   // give more blocks. The kernel is latency-bound when its grid is small (one block per SM,
   // 8 warps), so take the largest kG that still leaves >= 256 blocks, else 1 (the group's
-  // blocks then read the same K / V rows, mostly from L2).
+  // blocks then read the same K / V rows, mostly from L2). heads_per_block > 0 sets it.
   const int64_t group = heads / kv_heads;
   const auto blocks_for = [&](int64_t kg) { return splits * kv_heads * (group / kg) * T; };
-  const auto fits = [&](int64_t kg) { return group % kg == 0 && blocks_for(kg) >= 256; };
+  const auto fits = [&](int64_t kg) {
+    return group % kg == 0 && (heads_per_block > 0 ? kg == heads_per_block : blocks_for(kg) >= 256);
+  };
   if (fits(8)) {
     launch_decode_split<8>(a, vec4, cluster, partials, splits, next);
   } else if (fits(4)) {
@@ -553,10 +558,10 @@ cudaError_t attention_decode(const float* q, const float* k_new, const float* v_
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, int* error_flag, const Launch& launch,
-                             bool positions_from_host, const CacheSlots& slots) {
+                             bool positions_from_host, const CacheSlots& slots, int heads_per_block) {
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, T, heads, kv_heads,
                                  head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
-                                 positions_from_host, AttentionArgs::HeadNorm{}, slots);
+                                 positions_from_host, AttentionArgs::HeadNorm{}, slots, heads_per_block);
 }
 
 template <typename W>
@@ -573,7 +578,7 @@ cudaError_t attention_decode_head_norm(const float* q, const float* k_new, const
                                   norm.offset, norm.theta, norm.position_scale, norm.inv_freq};
   return launch_attention_decode(q, k_new, v_new, k_cache, v_cache, positions, pos_i64, out, 1, heads, kv_heads,
                                  head_dim, max_ctx, window, scale, partials, max_splits, error_flag, launch,
-                                 positions_from_host, n, slots);
+                                 positions_from_host, n, slots, 0);
 }
 
 #define GEARBOX_ATTENTION_DECODE_HEAD_NORM(W)                                                                        \

@@ -35,11 +35,14 @@ int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_
 /// rows (all but p's) before it waits for the previous kernel.
 /// slots: a batched network's (CacheSlots): each query reads and writes its slot's cache,
 /// and padding queries output 0.
+/// heads_per_block: query heads of one kv head that a block serves (1, 2, 4 or 8, dividing
+/// heads / kv_heads), or 0 for the launcher's choice; the results do not depend on it. For
+/// benchmarks and tests.
 cudaError_t attention_decode(const float* q, const float* k_new, const float* v_new, float* k_cache, float* v_cache,
                              const void* positions, bool pos_i64, float* out, int64_t T, int64_t heads,
                              int64_t kv_heads, int64_t head_dim, int64_t max_ctx, int64_t window, float scale,
                              float* partials, int max_splits, int* error_flag, const Launch& launch,
-                             bool positions_from_host = false, const CacheSlots& slots = {});
+                             bool positions_from_host = false, const CacheSlots& slots = {}, int heads_per_block = 0);
 
 /// The per-head RMSNorm and RoPE of q and k (head_norm_rope's work) that
 /// attention_decode_head_norm applies itself: q_w, k_w [head_dim] (W) normalize each head
