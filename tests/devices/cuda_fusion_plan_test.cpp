@@ -31,18 +31,31 @@ std::string describe(const Step& step) {
   return s;
 }
 
+// One step the plan should make.
+struct ExpectedStep {
+  Step::Kind kind;
+  std::vector<size_t> nodes;
+  bool feeds_linear = false;
+  bool feeds_attention = false;
+};
+
+void expect_steps(const std::vector<Step>& steps, const std::vector<ExpectedStep>& expected) {
+  ASSERT_EQ(steps.size(), expected.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const ExpectedStep& e = expected[i];
+    EXPECT_EQ(steps[i].kind, e.kind) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_EQ(steps[i].nodes, e.nodes) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_EQ(steps[i].feeds_linear, e.feeds_linear) << "step " << i << ": " << describe(steps[i]);
+    EXPECT_EQ(steps[i].feeds_attention, e.feeds_attention) << "step " << i << ": " << describe(steps[i]);
+  }
+}
+
 TEST(CudaFusionPlan, MiniGemma3FusesNormsRopeResidualsAndGatedMlps) {
   const ir::Network net = mini_network();
   ASSERT_EQ(net.nodes.size(), 52u);  // embedding, 3 layers of 16 nodes, take_last, final norm, logits
   const std::vector<Step> steps = plan_steps(net, /*fuse=*/true);
 
-  struct Expected {
-    Step::Kind kind;
-    std::vector<size_t> nodes;
-    bool feeds_linear = false;
-    bool feeds_attention = false;
-  };
-  std::vector<Expected> expected = {{Step::kSingle, {0}}};  // embedding
+  std::vector<ExpectedStep> expected = {{Step::kSingle, {0}}};  // embedding
   for (size_t layer = 0; layer < 3; ++layer) {
     // Layer nodes from base: input norm, qkv, q / k norms, q / k ropes, attention, o_proj,
     // post-attention norm, add, pre-FFN norm, gate_up, gelu_mul, down, post-FFN norm, add.
@@ -66,13 +79,8 @@ TEST(CudaFusionPlan, MiniGemma3FusesNormsRopeResidualsAndGatedMlps) {
   expected.push_back({Step::kSingle, {50}});  // final norm
   expected.push_back({Step::kSingle, {51}});  // logits
 
-  ASSERT_EQ(steps.size(), expected.size());
+  expect_steps(steps, expected);
   for (size_t i = 0; i < steps.size(); ++i) {
-    const Expected& e = expected[i];
-    EXPECT_EQ(steps[i].kind, e.kind) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_EQ(steps[i].nodes, e.nodes) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_EQ(steps[i].feeds_linear, e.feeds_linear) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_EQ(steps[i].feeds_attention, e.feeds_attention) << "step " << i << ": " << describe(steps[i]);
     // Only a q / k / v projection before a head norm step may leave its output stacked.
     if (steps[i].stacked_into_head_norm) {
       ASSERT_LT(i + 1, steps.size());
@@ -99,14 +107,9 @@ TEST(CudaFusionPlan, LlamaFusesRopesAndResidualAddsWithTheirNorms) {
   ASSERT_EQ(net.nodes.size(), 28u);  // embedding, 2 layers of 12 nodes, take_last, final norm, logits
   const std::vector<Step> steps = plan_steps(net, /*fuse=*/true);
 
-  struct Expected {
-    Step::Kind kind;
-    std::vector<size_t> nodes;
-    bool feeds_linear = false;
-  };
   // Layer nodes from base: input norm, qkv, q / k ropes, attention, o_proj, add, pre-FFN
   // norm, gate_up, silu_mul, down, add.
-  const std::vector<Expected> expected = {
+  const std::vector<ExpectedStep> expected = {
       {Step::kSingle, {0}},                // embedding
       {Step::kSingle, {1}},                // the first layer's input norm
       {Step::kSingle, {2}},                // qkv
@@ -127,13 +130,7 @@ TEST(CudaFusionPlan, LlamaFusesRopesAndResidualAddsWithTheirNorms) {
       {Step::kSingle, {26}},               // final norm
       {Step::kSingle, {27}},               // logits
   };
-  ASSERT_EQ(steps.size(), expected.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    EXPECT_EQ(steps[i].kind, expected[i].kind) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_EQ(steps[i].nodes, expected[i].nodes) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_EQ(steps[i].feeds_linear, expected[i].feeds_linear) << "step " << i << ": " << describe(steps[i]);
-    EXPECT_FALSE(steps[i].feeds_attention) << "step " << i << ": " << describe(steps[i]);
-  }
+  expect_steps(steps, expected);
   // The residual step's parts: no first norm, the add, then the norm.
   const ResidualStepNodes parts = residual_step_nodes(net, steps[6]);
   EXPECT_EQ(parts.first_norm, nullptr);
