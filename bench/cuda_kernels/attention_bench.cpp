@@ -57,6 +57,18 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
   fill_f32(vc.as<float>(), pool_floats, 6);
   DeviceMemory q(static_cast<size_t>(heads * hd) * 4), out(static_cast<size_t>(heads * hd) * 4), pos(sizeof(int32_t));
   fill_f32(q.as<float>(), heads * hd, 7);
+  // The query at position ctx - 1: the caches the pool holds for ctx rows (the launches
+  // rotate over them) and the K + V bytes one launch reads.
+  struct AtContext {
+    int copies;
+    double bytes;
+  };
+  const auto at_context = [&](int32_t ctx) {
+    const int32_t p = ctx - 1;
+    CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
+    return AtContext{static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width))),
+                     2.0 * static_cast<double>(ctx * width) * 4};
+  };
   // 8 and 16 splits combine in a cluster (one launch), 32 and 128 in a second kernel (the
   // 4096-key range takes the splits max_splits allows); each with the query heads a block
   // serves chosen by the launcher ("auto") and set (hpb=).
@@ -64,23 +76,20 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
   for (int max_splits : {8, 16, 32, 128}) {
     DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, max_splits)) * 4);
     for (int32_t ctx : {128, 1024, 2048, 4096}) {
-      const int32_t p = ctx - 1;
-      CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
-      const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+      const AtContext at = at_context(ctx);
       for (int hpb : {0, 1, 2, 4, 8}) {
         if (hpb > group || (hpb > 0 && group % hpb != 0) || (max_splits == 128 && hpb > 0)) continue;
-        const Timing t = time_launches(stream, copies, [&](int i) {
-          const int64_t off = (i % copies) * ctx * width;
+        const Timing t = time_launches(stream, at.copies, [&](int i) {
+          const int64_t off = (i % at.copies) * ctx * width;
           CHECK(cuda::attention_decode(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
                                        pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
                                        partials.as<float>(), max_splits, nullptr, on, false, {}, hpb));
         });
-        const double bytes = 2.0 * static_cast<double>(ctx * width) * 4;
         print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
                   std::to_string(
                       cuda::attention_decode_splits(1, heads, max_ctx, window, max_splits, on.limits->sm_count)) +
                   ") " + (hpb == 0 ? std::string("auto") : "hpb=" + std::to_string(hpb)),
-              t, bytes, 1e3, "GB/s");
+              t, at.bytes, 1e3, "GB/s");
       }
     }
   }
@@ -91,17 +100,14 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
                                                                       1, heads, kv_heads, hd, max_ctx, *on.limits))) *
                          4);
     for (int32_t ctx : {128, 1024, 2048}) {
-      const int32_t p = ctx - 1;
-      CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
-      const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
-      const Timing t = time_launches(stream, copies, [&](int i) {
-        const int64_t off = (i % copies) * ctx * width;
+      const AtContext at = at_context(ctx);
+      const Timing t = time_launches(stream, at.copies, [&](int i) {
+        const int64_t off = (i % at.copies) * ctx * width;
         CHECK(cuda::attention_prefill_mma(q.as<float>(), nullptr, nullptr, kc.as<float>() + off, vc.as<float>() + off,
                                           pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window,
                                           scale, scratch.as<float>(), nullptr, on));
       });
-      print("decode ctx=" + std::to_string(ctx) + " mma_bf16", t, 2.0 * static_cast<double>(ctx * width) * 4, 1e3,
-            "GB/s");
+      print("decode ctx=" + std::to_string(ctx) + " mma_bf16", t, at.bytes, 1e3, "GB/s");
     }
   }
   // A batched decode: `rows` queries, each in its own KV-cache slot of kSlotCtx rows at
@@ -145,13 +151,11 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
   fill_f32(v_new.as<float>(), width, 9);
   DeviceMemory partials(static_cast<size_t>(cuda::attention_decode_partials_floats(1, heads, hd, 16)) * 4);
   for (int32_t ctx : {128, 1024}) {
-    const int32_t p = ctx - 1;
-    CHECK(cudaMemcpy(pos.ptr, &p, sizeof(p), cudaMemcpyHostToDevice));
-    const int copies = static_cast<int>(std::min<int64_t>(512, (pool_floats - max_ctx * width) / (ctx * width)));
+    const AtContext at = at_context(ctx);
     for (bool fused : {false, true}) {
-      const Timing t = time_launches(stream, copies, [&](int i) {
-        float* kcache = kc.as<float>() + (i % copies) * ctx * width;
-        float* vcache = vc.as<float>() + (i % copies) * ctx * width;
+      const Timing t = time_launches(stream, at.copies, [&](int i) {
+        float* kcache = kc.as<float>() + (i % at.copies) * ctx * width;
+        float* vcache = vc.as<float>() + (i % at.copies) * ctx * width;
         if (!fused) {
           CHECK(cuda::kv_cache_write(k_new.as<float>(), v_new.as<float>(), pos.ptr, false, 1, width, kcache, vcache,
                                      max_ctx, nullptr, on));
@@ -163,7 +167,7 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
       });
       print(std::string(fused ? "decode + new row, fused" : "kv_cache_write + decode") + " ctx=" + std::to_string(ctx) +
                 " (splits 16)",
-            t, 2.0 * static_cast<double>(ctx * width) * 4, 1e3, "GB/s");
+            t, at.bytes, 1e3, "GB/s");
     }
   }
 }
