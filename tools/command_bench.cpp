@@ -370,6 +370,7 @@ int run_bench(const BenchArgs& o) {
   auto must = [&](const Status& s) {
     if (!s.ok()) {
       fail("bench", s);
+      internal::finish_device_background_work();
       std::exit(1);
     }
   };

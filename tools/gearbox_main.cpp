@@ -9,6 +9,7 @@
 
 #include "cli_help.h"
 #include "commands.h"
+#include "runtime/device_backend.h"
 
 namespace {
 
@@ -105,10 +106,14 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  int rc = 1;
   try {
-    return run(argc, argv);
+    rc = run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gearbox: %s\n", e.what());
-    return 1;
   }
+  // A command that touched the CUDA device (an inspection that only names its tactics, too)
+  // may end while the device's background work is still inside cuBLASLt.
+  gearbox::internal::finish_device_background_work();
+  return rc;
 }

@@ -246,4 +246,10 @@ Result<std::shared_ptr<const DeviceBackend>> device_backend(DeviceKind kind);
 std::shared_ptr<const DeviceBackend> cpu_backend();
 Result<std::shared_ptr<const DeviceBackend>> cuda_backend();
 
+/// Waits for the work the CUDA backend starts on a thread of its own when it is created
+/// (cuBLASLt's load and warm-up beside the engine's load); returns at once where none runs.
+/// A process that exits while that thread is inside cuBLASLt crashes, so an engine waits as
+/// it goes and the CLI before it exits.
+void finish_device_background_work();
+
 }  // namespace gearbox::internal

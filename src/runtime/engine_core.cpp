@@ -62,6 +62,8 @@ Status check_tactics(const ir::Network& net, std::span<const Dims> max_dims, std
 
 }  // namespace
 
+EngineCore::~EngineCore() { finish_device_background_work(); }
+
 Status EngineCore::tactics_from_cache_or_tuning(std::span<const uint8_t> bytes, const EngineOptions& options) {
   const std::string cache = options.tactic_cache.value_or("");
   const format::EngineIdentity identity = format::engine_identity(bytes);

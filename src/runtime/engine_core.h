@@ -41,6 +41,14 @@ class EngineCore {
   /// Parses `bytes`, uploads the weights to `options.device`, and picks the tactic table
   /// for this device (tuning now when the file has none that matches).
   static Result<std::shared_ptr<EngineCore>> load(std::span<const uint8_t> bytes, const EngineOptions& options);
+  /// Waits for the device's background work (finish_device_background_work) before it goes:
+  /// a program that drops its last engine and exits must not exit in the middle of it.
+  ~EngineCore();
+  EngineCore() = default;
+  EngineCore(const EngineCore&) = delete;
+  EngineCore& operator=(const EngineCore&) = delete;
+  EngineCore(EngineCore&&) = delete;
+  EngineCore& operator=(EngineCore&&) = delete;
 
   const format::EngineDesc& desc() const noexcept { return desc_; }
   const ir::Network& network() const noexcept { return desc_.network; }

@@ -563,6 +563,8 @@ std::mutex& cuda_capture_mutex() {
   return *mutex;
 }
 
+void finish_device_background_work() { cuda::finish_cublaslt_loading(); }
+
 Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
   static const Result<std::shared_ptr<const DeviceBackend>> backend =
       []() -> Result<std::shared_ptr<const DeviceBackend>> {

@@ -108,16 +108,19 @@ void start_loading_cublaslt(void (*then)()) {
   }
   l.loaded = loaded->get_future().share();
   l.done = done->get_future().share();
-  // The thread may still use the device when main returns: exit waits for it before the
-  // CUDA runtime's own teardown, which was registered earlier and so runs later.
-  std::atexit([] {
-    std::shared_future<void> end;
-    {
-      const std::lock_guard<std::mutex> held(loader().mutex);
-      end = loader().done;
-    }
-    if (end.valid()) end.wait();
-  });
+  // Where a program exits without finish_cublaslt_loading(), exit still waits for the thread
+  // before the CUDA runtime's teardown, which was registered earlier and so runs later; not
+  // before cuBLASLt's own, which the thread registers after this.
+  std::atexit(finish_cublaslt_loading);
+}
+
+void finish_cublaslt_loading() {
+  std::shared_future<void> end;
+  {
+    const std::lock_guard<std::mutex> held(loader().mutex);
+    end = loader().done;
+  }
+  if (end.valid()) end.wait();
 }
 
 Result<const CublasLtLibrary*> cublaslt() {

@@ -43,8 +43,15 @@ const char* cublaslt_library_name();
 /// after cublaslt() has loaded it, does nothing. Where no thread can be started, cublaslt()
 /// loads it on its caller's thread. `then` (nullable) runs on that thread once the library
 /// is loaded, after cublaslt() has its result: work that warms cuBLASLt up beside the
-/// caller's own (CublasLtGemm::prime). The process waits for it at exit.
+/// caller's own (CublasLtGemm::prime). A program must not exit while that thread is inside
+/// cuBLASLt: the library's own exit-time teardown, set up on that thread, runs before any exit
+/// handler gearbox could have registered, and the thread would crash the process inside it.
+/// finish_cublaslt_loading() waits for it.
 void start_loading_cublaslt(void (*then)() = nullptr);
+
+/// Waits until the thread start_loading_cublaslt() began has ended, `then` included; returns
+/// at once where none began. Called as an engine goes (~EngineCore) and before the CLI exits.
+void finish_cublaslt_loading();
 
 /// The loaded library: waits for a load start_loading_cublaslt() began, or loads it now. A
 /// library that cannot be opened, or lacks an entry point, is an error naming the file and

@@ -18,6 +18,8 @@ Result<std::shared_ptr<const DeviceBackend>> cuda_backend() {
   return unimplemented("this gearbox was built without CUDA; use --device cpu, or rebuild with -DGEARBOX_WITH_CUDA=ON");
 }
 
+void finish_device_background_work() {}
+
 }  // namespace gearbox::internal
 
 namespace gearbox::cuda {
