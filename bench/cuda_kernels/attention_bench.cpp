@@ -85,10 +85,11 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
                                        pos.ptr, false, out.as<float>(), 1, heads, kv_heads, hd, max_ctx, window, scale,
                                        partials.as<float>(), max_splits, nullptr, on, false, {}, hpb));
         });
+        const cuda::DecodeGrid grid =
+            cuda::attention_decode_grid(1, heads, kv_heads, max_ctx, window, max_splits, on.limits->sm_count, hpb);
         print("decode ctx=" + std::to_string(ctx) + " max_splits=" + std::to_string(max_splits) + " (splits " +
-                  std::to_string(
-                      cuda::attention_decode_splits(1, heads, max_ctx, window, max_splits, on.limits->sm_count)) +
-                  ") " + (hpb == 0 ? std::string("auto") : "hpb=" + std::to_string(hpb)),
+                  std::to_string(grid.splits) + ", hpb " + std::to_string(grid.heads_per_block) + ")" +
+                  (hpb == 0 ? " auto" : ""),
               t, at.bytes, 1e3, "GB/s");
       }
     }
@@ -111,7 +112,7 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
     }
   }
   // A batched decode: `rows` queries, each in its own KV-cache slot of kSlotCtx rows at
-  // position ctx - 1, under max_splits from 1 up (the splits attention_decode_splits picks
+  // position ctx - 1, under max_splits from 1 up (the splits attention_decode_grid picks
   // in brackets): how many splits many rows want.
   constexpr int64_t kSlotCtx = 2048;
   for (int64_t rows : {8, 32}) {
@@ -137,7 +138,8 @@ void bench_attention_case(const cuda::Launch& on, const AttentionCase& c) {
                                        partials.as<float>(), max_splits, nullptr, on, false, slots));
         });
         const int splits =
-            cuda::attention_decode_splits(rows, heads, kSlotCtx, window, max_splits, on.limits->sm_count);
+            cuda::attention_decode_grid(rows, heads, kv_heads, kSlotCtx, window, max_splits, on.limits->sm_count)
+                .splits;
         print("decode rows=" + std::to_string(rows) + " ctx=" + std::to_string(ctx) +
                   " in slots, max_splits=" + std::to_string(max_splits) + " (splits " + std::to_string(splits) + ")",
               t, 2.0 * static_cast<double>(rows * ctx * width) * 4, 1e3, "GB/s");

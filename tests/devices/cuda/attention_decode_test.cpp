@@ -86,7 +86,7 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
   const std::vector<float> one = run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, 1, launch_);
   EXPECT_TRUE(close("decode, 1 split", one, want, {2e-5, 1e-4}));
   // Launched as on a device of many SMs, so that the two queries take every split max_splits
-  // allows (attention_decode_splits caps them by the SM count).
+  // allows (attention_decode_grid caps them by the SM count).
   cuda::DeviceLimits many_sms = *launch_.limits;
   many_sms.sm_count = 1 << 20;
   const cuda::Launch wide{launch_.stream, false, false, &many_sms};
@@ -95,14 +95,39 @@ TEST_F(CudaKernels, AttentionDecodeIsTheSameForAnyNumberOfSplits) {
         run_attention(AttentionKernel::kDecode, c, q, d_kc, d_vc, d_pos, 2, max_splits, wide);
     EXPECT_TRUE(close("decode splits " + std::to_string(max_splits) + " vs 1", got, one, {1e-5, 1e-5}));
   }
-  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 1024, 0, 16, 132), 16);
-  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 1024, 3, 16, 132), 1) << "a 3-key window needs no split";
-  EXPECT_EQ(cuda::attention_decode_splits(1, 4, 100, 0, 64, 132), 4) << "at least 32 keys per split";
-  EXPECT_EQ(cuda::attention_decode_splits(1, 32, 2048, 0, 32, 16), 32) << "one query keeps its splits";
-  EXPECT_EQ(cuda::attention_decode_splits(8, 4, 2048, 0, 32, 132), 5) << "8 rows of 4 heads: 5 splits fill 132 SMs";
-  EXPECT_EQ(cuda::attention_decode_splits(32, 4, 2048, 0, 32, 132), 2);
-  EXPECT_EQ(cuda::attention_decode_splits(2, 4, 128, 0, 32, 132), 4) << "the keys' own bound is lower";
-  EXPECT_EQ(cuda::attention_decode_splits(4096, 8, 2048, 0, 32, 132), 1);
+}
+
+// The grid (splits, heads per block) the launcher picks from the call's shapes and SM count.
+TEST(CudaDecodeGrid, FollowsTheKeysTheQueriesAndTheSms) {
+  struct Case {
+    int64_t T, heads, kv_heads, max_ctx, window;
+    int max_splits, sm_count, heads_per_block;
+    cuda::DecodeGrid want;
+    const char* why;
+  };
+  const Case cases[] = {
+      {1, 4, 1, 1024, 0, 16, 132, 0, {16, 1}, "Gemma-3-1B's global layer: the keys' splits, capped at 16"},
+      {1, 4, 1, 2048, 512, 32, 132, 0, {16, 1}, "its sliding layer: the window's 16 splits"},
+      {1, 4, 1, 1024, 3, 16, 132, 0, {1, 1}, "a 3-key window needs no split"},
+      {1, 4, 1, 100, 0, 64, 132, 0, {4, 1}, "at least 32 keys per split"},
+      {1, 32, 8, 2048, 0, 32, 16, 0, {32, 4}, "one query keeps its splits; kG 4 leaves 32 * 8 = 256 blocks"},
+      {1, 16, 8, 2048, 0, 32, 132, 0, {32, 2}, "Qwen3-0.6B: kG 2 leaves 32 * 8 = 256 blocks"},
+      {1, 32, 8, 128, 0, 32, 132, 0, {4, 1}, "4 splits: kG 1 leaves 128 blocks, none leaves 256"},
+      {1, 48, 8, 2048, 0, 32, 132, 0, {32, 2}, "a group of 6: kG 2, the largest power of two dividing it"},
+      {1, 32, 8, 2048, 0, 32, 132, 1, {32, 1}, "heads_per_block set: the keys' splits and that kG"},
+      {8, 4, 1, 2048, 0, 32, 132, 0, {5, 1}, "8 rows of 4 heads: 5 splits fill 132 SMs"},
+      {32, 4, 1, 2048, 0, 32, 132, 0, {2, 1}, "32 rows: 2 splits; 256 blocks at kG 1 only"},
+      {2, 4, 1, 128, 0, 32, 132, 0, {4, 1}, "the keys' own bound is lower"},
+      {4096, 8, 8, 2048, 0, 32, 132, 0, {1, 1}, "a prefill's rows fill the SMs alone"},
+      {64, 32, 8, 2048, 0, 32, 132, 0, {1, 4}, "kG 4 still leaves 64 * 8 = 512 blocks"},
+      {64, 32, 8, 2048, 0, 32, 132, 2, {1, 2}, "heads_per_block set with several queries: their splits"},
+  };
+  for (const Case& c : cases) {
+    const cuda::DecodeGrid got = cuda::attention_decode_grid(c.T, c.heads, c.kv_heads, c.max_ctx, c.window,
+                                                             c.max_splits, c.sm_count, c.heads_per_block);
+    EXPECT_EQ(got.splits, c.want.splits) << c.why;
+    EXPECT_EQ(got.heads_per_block, c.want.heads_per_block) << c.why;
+  }
 }
 
 // The splits' partials combine inside a thread-block cluster where the sm_90 code runs (up to

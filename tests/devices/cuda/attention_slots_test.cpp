@@ -75,7 +75,7 @@ TEST_F(CudaKernels, AttentionOverSlotsMatchesCpuRows) {
       ASSERT_TRUE(cpu::attention_rows(a, s, false, scratch.data()).ok());
 
       // The split-KV kernel also as on a device of one SM, where its rows fill the device
-      // with one split each (attention_decode_splits).
+      // with one split each (attention_decode_grid).
       cuda::DeviceLimits one_sm = *launch_.limits;
       one_sm.sm_count = 1;
       const cuda::Launch on_one_sm{launch_.stream, false, false, &one_sm};

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <type_traits>
 
 #include "devices/cuda/device_math.h"
@@ -471,14 +472,25 @@ void launch_decode_split(const AttentionArgs& a, bool vec4, bool cluster, float*
 
 }  // namespace
 
-int attention_decode_splits(int64_t T, int64_t heads, int64_t max_ctx, int64_t window, int max_splits, int sm_count) {
+DecodeGrid attention_decode_grid(int64_t T, int64_t heads, int64_t kv_heads, int64_t max_ctx, int64_t window,
+                                 int max_splits, int sm_count, int heads_per_block) {
   const int64_t keys = window > 0 ? std::min(window, max_ctx) : max_ctx;
-  int64_t splits = (keys + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit;
+  const int64_t kvh = std::max<int64_t>(kv_heads, 1);
+  const int64_t group = std::max<int64_t>(heads / kvh, 1);
+  int64_t splits = std::clamp<int64_t>((keys + kDecodeMinKeysPerSplit - 1) / kDecodeMinKeysPerSplit, 1,
+                                       std::clamp(max_splits, 1, kMaxSplits));
   // Several queries: as many splits as give the device's SMs one (query, head, split) each.
   // More make short splits whose blocks cost more than the keys they share out
-  // (cuda_kernels_bench attention, "decode rows=").
-  if (T > 1) splits = std::min(splits, (std::max(sm_count, 1) + T * heads - 1) / (T * heads));
-  return static_cast<int>(std::clamp<int64_t>(splits, 1, std::clamp(max_splits, 1, kMaxSplits)));
+  // (cuda_kernels_bench attention, "decode rows="). One query keeps the splits its keys want.
+  if (T > 1) splits = std::min(splits, (std::max<int64_t>(sm_count, 1) + T * heads - 1) / (T * heads));
+  if (heads_per_block > 0) return {static_cast<int>(splits), heads_per_block};
+  // Query heads per block (kG, dividing the group): more share each K / V row load, fewer
+  // give more blocks. Take the largest kG that still leaves >= 256 blocks, else 1 (the
+  // group's blocks then read the same K / V rows, mostly from L2).
+  for (const int kg : {8, 4, 2}) {
+    if (group % kg == 0 && splits * kvh * (group / kg) * T >= 256) return {static_cast<int>(splits), kg};
+  }
+  return {static_cast<int>(splits), 1};
 }
 
 int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits) {
@@ -501,7 +513,9 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
     return cudaErrorInvalidValue;
   }
   if (T == 0) return cudaSuccess;
-  const int splits = attention_decode_splits(T, heads, max_ctx, window, max_splits, launch.limits->sm_count);
+  const DecodeGrid grid =
+      attention_decode_grid(T, heads, kv_heads, max_ctx, window, max_splits, launch.limits->sm_count, heads_per_block);
+  const int splits = grid.splits;
   // One split needs no combining; up to kMaxClusterSplits are combined inside a cluster where
   // the sm_90 code runs, more by the combine kernel through `partials`.
   const bool cluster = splits > 1 && splits <= kMaxClusterSplits && launch.limits->hopper_code_runs;
@@ -525,20 +539,11 @@ cudaError_t launch_attention_decode(const float* q, const float* k_new, const fl
   }
   const bool vec4 = head_dim % 4 == 0 && aligned16(k_cache) && aligned16(v_cache) &&
                     (k_new == nullptr || (aligned16(k_new) && aligned16(v_new)));
-  // Query heads per block (kG, dividing the group): more share each K / V row load, fewer
-  // give more blocks. The kernel is latency-bound when its grid is small (one block per SM,
-  // 8 warps), so take the largest kG that still leaves >= 256 blocks, else 1 (the group's
-  // blocks then read the same K / V rows, mostly from L2). heads_per_block > 0 sets it.
-  const int64_t group = heads / kv_heads;
-  const auto blocks_for = [&](int64_t kg) { return splits * kv_heads * (group / kg) * T; };
-  const auto fits = [&](int64_t kg) {
-    return group % kg == 0 && (heads_per_block > 0 ? kg == heads_per_block : blocks_for(kg) >= 256);
-  };
-  if (fits(8)) {
+  if (grid.heads_per_block == 8) {
     launch_decode_split<8>(a, vec4, cluster, partials, splits, next);
-  } else if (fits(4)) {
+  } else if (grid.heads_per_block == 4) {
     launch_decode_split<4>(a, vec4, cluster, partials, splits, next);
-  } else if (fits(2)) {
+  } else if (grid.heads_per_block == 2) {
     launch_decode_split<2>(a, vec4, cluster, partials, splits, next);
   } else {
     launch_decode_split<1>(a, vec4, cluster, partials, splits, next);

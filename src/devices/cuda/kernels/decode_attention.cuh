@@ -7,18 +7,27 @@
 
 namespace gearbox::cuda {
 
-/// Number of KV splits attention_decode uses for T queries of `heads` heads: enough for the
-/// longest key range (max_ctx, or the window) in chunks of at least 32 keys, at most
-/// max_splits; and where T > 1 (a batched decode's rows, a prefill), no more than give each
-/// of the device's sm_count SMs one (query, head, split): one query keeps the splits its keys
-/// want, since its latency is the step's. Fixed on the host from the call's shapes, so it
-/// does not change between the steps of one captured graph.
-int attention_decode_splits(int64_t T, int64_t heads, int64_t max_ctx, int64_t window, int max_splits, int sm_count);
+/// How attention_decode lays out its blocks: each query's keys cut into `splits` chunks, each
+/// block serving `heads_per_block` query heads of one kv head.
+struct DecodeGrid {
+  int splits;
+  int heads_per_block;
+};
+/// The grid attention_decode uses for T queries of `heads` heads over `kv_heads`. Splits:
+/// enough for the longest key range (max_ctx, or the window) in chunks of at least 32 keys,
+/// at most max_splits; and where T > 1 (a batched decode's rows, a prefill), no more than
+/// give each of the device's sm_count SMs one (query, head, split): one query keeps the
+/// splits its keys want, since its latency is the step's. Heads per block: the most (1, 2,
+/// 4 or 8, dividing the group) that leave >= 256 blocks, else 1; heads_per_block > 0 sets
+/// it. Fixed on the host from the call's shapes, so it does not change between the steps of
+/// one captured graph.
+DecodeGrid attention_decode_grid(int64_t T, int64_t heads, int64_t kv_heads, int64_t max_ctx, int64_t window,
+                                 int max_splits, int sm_count, int heads_per_block = 0);
 /// Floats of `partials` attention_decode needs: T * heads * max_splits * (head_dim + 2).
 int64_t attention_decode_partials_floats(int64_t T, int64_t heads, int64_t head_dim, int max_splits);
 
 /// Flash-decoding for few queries (T of 1..8 is the intended use; any T works): the keys of
-/// each query are cut into attention_decode_splits(...) chunks handled by separate blocks.
+/// each query are cut into attention_decode_grid(...).splits chunks handled by separate blocks.
 /// Their partial results (max, sum, unnormalized output) are combined inside a thread-block
 /// cluster where the sm_90 code runs (launch.limits->hopper_code_runs) and there are at most
 /// 16 splits (one kernel), else by a second kernel through `partials`
