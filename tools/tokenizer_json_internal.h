@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -172,12 +173,19 @@ class Matcher {
   std::array<std::vector<std::pair<std::string, size_t>>, 256> by_first_byte_;
 };
 
+// Hashes std::string and std::string_view alike, so that a map keyed by std::string can be
+// searched with a view (no string built per lookup).
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+
 struct Bpe {
   struct Merge {
     uint32_t rank = 0;
     int64_t id = 0;  // the merged token
   };
-  std::unordered_map<std::string, int64_t> vocab;
+  std::unordered_map<std::string, int64_t, StringHash, std::equal_to<>> vocab;
   std::unordered_map<int64_t, std::string> tokens;
   std::unordered_map<uint64_t, Merge> merges;  // (left id << 32 | right id) -> merge
   std::array<int64_t, 256> byte_ids{};         // <0xNN>, or -1

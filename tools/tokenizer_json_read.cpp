@@ -102,12 +102,87 @@ class Node {
 
 constexpr int64_t kMaxId = std::numeric_limits<int32_t>::max();
 
-Status read_id(const Json& v, const std::string& field, int64_t& out) {
-  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxId)) {
-    return malformed(field, "must be a token id in [0, 2^31), got " + describe_json(v));
-  }
+// Whether v is a token id, and then which.
+bool token_id(const Json& v, int64_t& out) {
+  if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(kMaxId)) return false;
   out = static_cast<int64_t>(v.get<uint64_t>());
-  return {};
+  return true;
+}
+
+Status bad_id(const std::string& field, const Json& v) {
+  return malformed(field, "must be a token id in [0, 2^31), got " + describe_json(v));
+}
+
+Status read_id(const Json& v, const std::string& field, int64_t& out) {
+  return token_id(v, out) ? Status() : bad_id(field, v);
+}
+
+// model.vocab and model.merges, the bulk of a tokenizer.json (Llama 3's: 128k tokens and 280k
+// merges), as the parser meets them: kept out of the parsed document, where a map node per
+// token and a list per merge would cost most of the load. What is left in their place is an
+// empty object and an empty list, so the document's checks still see their kinds.
+struct BpeEntries {
+  bool has_vocab = false;                           // model.vocab is an object: its entries
+  std::vector<std::pair<std::string, Json>> vocab;  // token, its id as written
+  bool has_merges = false;                          // model.merges is a list: its entries
+  std::vector<Json> merges;                         // "left right" or ["left", "right"] as written
+};
+
+// The parser callback (parse_json_bounded's `inner`) that moves the entries of the root's
+// model.vocab and model.merges into `entries`. Depths are nlohmann's: the root's keys are at
+// 1, model's at 2, the entries at 3. A later duplicate key replaces an earlier one, as in
+// the document. A malformed entry that is an object or a list is kept by kind only (error
+// messages name containers by kind).
+nlohmann::json::parser_callback_t collect_bpe_entries(BpeEntries& entries) {
+  enum class In { kNone, kVocab, kMerges };
+  struct State {
+    std::string root_key, model_key, token;
+    bool in_model = false;
+    In in = In::kNone;
+  };
+  auto state = std::make_shared<State>();
+  return [state, &entries](int depth, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    State& st = *state;
+    if (depth == 3 && st.in == In::kVocab) {
+      switch (event) {
+        case E::key: st.token = std::move(*parsed.get_ptr<std::string*>()); return false;
+        case E::value: entries.vocab.emplace_back(std::move(st.token), std::move(parsed)); return false;
+        case E::object_start: entries.vocab.emplace_back(std::move(st.token), Json::object()); return false;
+        case E::array_start: entries.vocab.emplace_back(std::move(st.token), Json::array()); return false;
+        default: return true;
+      }
+    }
+    if (depth == 3 && st.in == In::kMerges) {
+      switch (event) {
+        case E::value:
+        case E::array_end: entries.merges.push_back(std::move(parsed)); return false;
+        case E::object_start: entries.merges.emplace_back(Json::object()); return false;
+        default: return true;  // a list's start: its strings are built, then taken at its end
+      }
+    }
+    if (depth == 1) {
+      if (event == E::key) st.root_key = *parsed.get_ptr<const std::string*>();
+      if (event == E::key && st.root_key == "model") entries = BpeEntries();
+      if (event == E::object_start) st.in_model = st.root_key == "model";
+      if (event == E::object_end) st.in_model = false;
+    } else if (depth == 2 && st.in_model) {
+      if (event == E::key) {
+        st.model_key = *parsed.get_ptr<const std::string*>();
+        if (st.model_key == "vocab") entries.has_vocab = false, entries.vocab.clear();
+        if (st.model_key == "merges") entries.has_merges = false, entries.merges.clear();
+      } else if (event == E::object_start && st.model_key == "vocab") {
+        st.in = In::kVocab;
+        entries.has_vocab = true;
+      } else if (event == E::array_start && st.model_key == "merges") {
+        st.in = In::kMerges;
+        entries.has_merges = true;
+      } else if (event == E::object_end || event == E::array_end) {
+        st.in = In::kNone;
+      }
+    }
+    return true;
+  };
 }
 
 Result<PrependScheme> read_prepend_scheme(const Node& node) {
@@ -382,7 +457,41 @@ Status read_post_processor(const Node& node, int64_t& bos_id) {
   return read_id(entry["ids"][0], field + ".ids[0]", bos_id);
 }
 
-Status read_model(const Node& node, Bpe& bpe) {
+// model.vocab's entries into bpe.vocab and bpe.tokens. A token written twice keeps its last
+// entry, as a JSON object's key does. Every token once with a valid and unique id (any
+// tokenizer.json `tokenizers` writes) takes one pass; otherwise a second pass finds each
+// token's last entry first and checks only those, so the outcome is the document's.
+Status read_vocab(const Node& node, BpeEntries& entries, Bpe& bpe) {
+  const auto fast = [&] {
+    for (const auto& [token, value] : entries.vocab) {
+      int64_t id = 0;
+      if (!token_id(value, id) || !bpe.vocab.try_emplace(token, id).second ||
+          !bpe.tokens.try_emplace(id, token).second) {
+        return false;
+      }
+    }
+    return true;
+  };
+  if (fast()) return {};
+  bpe.vocab.clear();
+  bpe.tokens.clear();
+  for (size_t i = 0; i < entries.vocab.size(); ++i) bpe.vocab[entries.vocab[i].first] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < entries.vocab.size(); ++i) {
+    const auto& [token, value] = entries.vocab[i];
+    const auto last = bpe.vocab.find(token);
+    if (last->second != static_cast<int64_t>(i)) continue;
+    int64_t id = 0;
+    if (!token_id(value, id)) return bad_id(node.field("vocab") + "['" + token + "']", value);
+    last->second = id;
+    if (const auto [it, inserted] = bpe.tokens.try_emplace(id, token); !inserted) {
+      return malformed(node.field("vocab"),
+                       "gives the id " + std::to_string(id) + " to both '" + it->second + "' and '" + token + "'");
+    }
+  }
+  return {};
+}
+
+Status read_model(const Node& node, BpeEntries& entries, Bpe& bpe) {
   Result<std::string> type = node.type();
   if (!type.ok()) return type.status();
   if (*type != "BPE") {
@@ -413,17 +522,11 @@ Status read_model(const Node& node, Bpe& bpe) {
 
   const Json* vocab = node.find("vocab");
   if (vocab == nullptr || !vocab->is_object()) return malformed(node.field("vocab"), "must be an object {token: id}");
-  bpe.vocab.reserve(vocab->size());
-  bpe.tokens.reserve(vocab->size());
-  for (const auto& [token, value] : vocab->items()) {
-    int64_t id = 0;
-    GEARBOX_RETURN_IF_ERROR(read_id(value, node.field("vocab") + "['" + token + "']", id));
-    if (const auto [it, inserted] = bpe.tokens.emplace(id, token); !inserted) {
-      return malformed(node.field("vocab"),
-                       "gives the id " + std::to_string(id) + " to both '" + it->second + "' and '" + token + "'");
-    }
-    bpe.vocab.emplace(token, id);
-  }
+  GEARBOX_CHECK_MSG(entries.has_vocab && vocab->empty(), "model.vocab's entries are collected while parsing");
+  bpe.vocab.reserve(entries.vocab.size());
+  bpe.tokens.reserve(entries.vocab.size());
+  GEARBOX_RETURN_IF_ERROR(read_vocab(node, entries, bpe));
+  entries.vocab = {};
   for (size_t b = 0; b < 256; ++b) {
     static constexpr char kHex[] = "0123456789ABCDEF";
     const std::string name = std::string("<0x") + kHex[b >> 4] + kHex[b & 15] + ">";
@@ -433,35 +536,41 @@ Status read_model(const Node& node, Bpe& bpe) {
 
   const Json* merges = node.find("merges");
   if (merges == nullptr || !merges->is_array()) return malformed(node.field("merges"), "must be a list");
-  const size_t count = merges->size();
+  GEARBOX_CHECK_MSG(entries.has_merges && merges->empty(), "model.merges' entries are collected while parsing");
+  const size_t count = entries.merges.size();
   if (count > std::numeric_limits<uint32_t>::max()) return malformed(node.field("merges"), "has too many entries");
   bpe.merges.reserve(count);
+  std::string merged;
   for (size_t rank = 0; rank < count; ++rank) {
-    const Json& m = (*merges)[rank];
-    const std::string field = node.field("merges") + "[" + std::to_string(rank) + "]";
-    std::string left;
-    std::string right;
+    const Json& m = entries.merges[rank];
+    const auto field = [&] { return node.field("merges") + "[" + std::to_string(rank) + "]"; };
+    std::string_view left;
+    std::string_view right;
     if (m.is_string()) {  // "left right"
       const std::string& s = m.get_ref<const std::string&>();
       const size_t space = s.find(' ');
-      if (space == kNpos) return malformed(field, "must be two tokens separated by a space, got " + describe_json(m));
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
+      if (space == kNpos) return malformed(field(), "must be two tokens separated by a space, got " + describe_json(m));
+      left = std::string_view(s).substr(0, space);
+      right = std::string_view(s).substr(space + 1);
     } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {  // ["left", "right"]
-      left = m[0].get<std::string>();
-      right = m[1].get<std::string>();
+      left = m[0].get_ref<const std::string&>();
+      right = m[1].get_ref<const std::string&>();
     } else {
-      return malformed(field, "must be \"left right\" or [\"left\", \"right\"], got " + describe_json(m));
+      return malformed(field(), "must be \"left right\" or [\"left\", \"right\"], got " + describe_json(m));
     }
+    merged.assign(left).append(right);
     const auto l = bpe.vocab.find(left);
     const auto r = bpe.vocab.find(right);
-    const auto merged = bpe.vocab.find(left + right);
-    for (const auto& [it, token] : {std::pair(l, left), std::pair(r, right), std::pair(merged, left + right)}) {
-      if (it == bpe.vocab.end()) return malformed(field, "names '" + token + "', which is not in model.vocab");
+    const auto to = bpe.vocab.find(std::string_view(merged));
+    for (const auto& [it, token] : {std::pair(l, left), std::pair(r, right), std::pair(to, std::string_view(merged))}) {
+      if (it == bpe.vocab.end()) {
+        return malformed(field(), "names '" + std::string(token) + "', which is not in model.vocab");
+      }
     }
     // Later entries replace earlier ones, as in `tokenizers` (a HashMap collected in order).
-    bpe.merges[Bpe::pair_key(l->second, r->second)] = {static_cast<uint32_t>(rank), merged->second};
+    bpe.merges[Bpe::pair_key(l->second, r->second)] = {static_cast<uint32_t>(rank), to->second};
   }
+  entries.merges = {};
   return {};
 }
 
@@ -521,7 +630,8 @@ Status read_added_tokens(const Json* list, HfTokenizer::Impl& t) {
 
 Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
   bool too_deep = false;
-  const Json root = parse_json_bounded(json_text, too_deep);
+  BpeEntries entries;
+  const Json root = parse_json_bounded(json_text, too_deep, collect_bpe_entries(entries));
   if (too_deep) return data_loss("tokenizer.json: " + json_too_deep_message());
   if (root.is_discarded()) return data_loss("tokenizer.json is not valid JSON");
   const Node top(root, "");
@@ -537,7 +647,7 @@ Status read_tokenizer(std::string_view json_text, HfTokenizer::Impl& t) {
   }
   const Json* model = top.find("model");
   if (model == nullptr) return malformed("model", "is missing");
-  GEARBOX_RETURN_IF_ERROR(read_model(Node(*model, "model"), t.bpe));
+  GEARBOX_RETURN_IF_ERROR(read_model(Node(*model, "model"), entries, t.bpe));
   if (const Json* v = top.find("normalizer"); v != nullptr) {
     GEARBOX_RETURN_IF_ERROR(read_normalizer(Node(*v, "normalizer"), t.normalizer));
   }

@@ -250,6 +250,34 @@ const ErrorCase kErrorCases[] = {
      "gives the id 10 to both"},
     {"vocab_negative_id", [] { return edited([](Json& j) { j["model"]["vocab"]["zzz"] = -4; }); },
      StatusCode::kDataLoss, "model.vocab['zzz'] must be a token id"},
+    // Entries that are objects or lists: the reader takes them out of the document as the
+    // parser meets them, and names them by kind.
+    {"vocab_id_is_an_object", [] { return edited([](Json& j) {
+                                     j["model"]["vocab"]["zzz"] = {{"id", 4}};
+                                   }); },
+     StatusCode::kDataLoss, "model.vocab['zzz'] must be a token id in [0, 2^31), got an object"},
+    {"vocab_id_is_a_list", [] { return edited([](Json& j) { j["model"]["vocab"]["zzz"] = {4}; }); },
+     StatusCode::kDataLoss, "model.vocab['zzz'] must be a token id in [0, 2^31), got a list"},
+    {"vocab_not_an_object", [] { return edited([](Json& j) {
+                                   j["model"]["vocab"] = {1, 2};
+                                 }); }, StatusCode::kDataLoss,
+     "model.vocab must be an object"},
+    {"merge_is_an_object", [] { return edited([](Json& j) {
+                                  j["model"]["merges"][2] = {{"a", "b"}};
+                                }); },
+     StatusCode::kDataLoss, "model.merges[2] must be \"left right\" or [\"left\", \"right\"], got an object"},
+    {"merge_nests_a_list", [] { return edited([](Json& j) {
+                                  j["model"]["merges"][1] = {{"a"}, "b"};
+                                }); },
+     StatusCode::kDataLoss, "model.merges[1] must be \"left right\" or [\"left\", \"right\"], got a list"},
+    {"merge_of_three", [] { return edited([](Json& j) {
+                              j["model"]["merges"][0] = {"a", "b", "c"};
+                            }); },
+     StatusCode::kDataLoss, "model.merges[0] must be \"left right\" or [\"left\", \"right\"], got a list"},
+    {"merges_not_a_list", [] { return edited([](Json& j) {
+                                 j["model"]["merges"] = {{"a", "b"}};
+                               }); },
+     StatusCode::kDataLoss, "model.merges must be a list"},
     {"normalizer_nfkc", [] { return edited([](Json& j) {
                                j["normalizer"] = {{"type", "NFKC"}};
                              }); },
@@ -373,6 +401,36 @@ TEST_P(Errors, NameWhatIsWrong) {
 
 INSTANTIATE_TEST_SUITE_P(TokenizerJson, Errors, testing::ValuesIn(kErrorCases),
                          [](const testing::TestParamInfo<ErrorCase>& p) { return std::string(p.param.name); });
+
+// A key written twice in model.vocab, or a second "model", means what it does in the
+// document: the last one. The reader takes the vocabulary and the merges out of the
+// document while parsing, so it must keep to that itself.
+TEST(TokenizerJson, RepeatedKeysKeepTheirLastValue) {
+  // zzz: a bad id, then a good one; yyy: first the id xxx keeps, then its own.
+  const std::string model =
+      R"({"type": "BPE", "merges": ["a b"], "vocab": {"zzz": -4, "a": 0, "b": 1, "ab": 2, "xxx": 3, "yyy": 3,)"
+      R"( "zzz": 4, "yyy": 5}})";
+  Result<HfTokenizer> t = HfTokenizer::from_json(R"({"model": )" + model + "}");
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_EQ(t->token_to_id("zzz"), 4);
+  EXPECT_EQ(t->token_to_id("xxx"), 3);
+  EXPECT_EQ(t->token_to_id("yyy"), 5);
+  EXPECT_EQ(t->vocab_size(), 6);
+  EXPECT_EQ(t->encode("ab").value(), std::vector<int64_t>{2});
+  EXPECT_EQ(t->decode(std::vector<int64_t>{3, 5}).value(), "xxx yyy");
+  // Two tokens that keep the same id are still an error.
+  Result<HfTokenizer> clash =
+      HfTokenizer::from_json(R"({"model": {"type": "BPE", "merges": [], "vocab": {"xxx": 3, "yyy": -1, "yyy": 3}}})");
+  ASSERT_FALSE(clash.ok());
+  EXPECT_NE(clash.status().message().find("gives the id 3 to both"), std::string::npos) << clash.status().message();
+  // A second "model" replaces the first, its vocabulary and merges included.
+  Result<HfTokenizer> last = HfTokenizer::from_json(
+      R"({"model": {"type": "BPE", "merges": ["q q"], "vocab": {"q": 7, "qq": 8}}, "model": )" + model + "}");
+  ASSERT_TRUE(last.ok()) << last.status().to_string();
+  EXPECT_EQ(last->token_to_id("q"), -1);
+  EXPECT_EQ(last->token_to_id("zzz"), 4);
+  EXPECT_EQ(last->vocab_size(), 6);
+}
 
 TEST(TokenizerJson, EmptyMetadataMeansNoTokenizer) {
   Result<Tokenizer> t = Tokenizer::from_hf_json("");
