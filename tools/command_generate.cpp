@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -13,6 +14,8 @@
 
 #include "cli_args.h"
 #include "commands.h"
+#include "format/engine_file.h"
+#include "format/mapped_file.h"
 #include "generate_batch.h"
 #include "json_line.h"
 #include "runner.h"
@@ -77,25 +80,31 @@ Result<std::vector<std::string>> read_lines(const std::string& path, const char*
   return lines;
 }
 
-Result<Tokenizer> engine_tokenizer(const Engine& engine) {
-  // The SentencePiece model when the engine has one, else the checkpoint's tokenizer.json.
-  const std::string sentencepiece = engine.metadata("tokenizer.sentencepiece");
-  return !sentencepiece.empty() ? Tokenizer::from_sentencepiece(sentencepiece)
-                                : Tokenizer::from_hf_json(engine.metadata("tokenizer.hf_json"));
+/// The tokenizer of the engine file at `path`, from its metadata alone (the weights are
+/// neither uploaded nor checked): the SentencePiece model when the engine has one, else the
+/// checkpoint's tokenizer.json. `generate` reads it on a thread of its own while the engine
+/// loads and its session warms up, since a tokenizer.json of a 128k vocabulary takes about
+/// as long to read (docs/decisions/0038).
+std::future<Result<Tokenizer>> start_reading_tokenizer(const std::string& path) {
+  return std::async(std::launch::async, [path]() -> Result<Tokenizer> {
+    Result<format::MappedFile> mapped = format::MappedFile::open(path);
+    if (!mapped.ok()) return mapped.status();
+    Result<format::ParsedEngine> parsed = format::parse_engine(mapped->bytes(), format::PayloadCheck::kDeferred);
+    if (!parsed.ok()) return parsed.status().with_context(path);
+    const std::string sentencepiece = format::metadata_value(parsed->desc, "tokenizer.sentencepiece");
+    return !sentencepiece.empty() ? Tokenizer::from_sentencepiece(sentencepiece)
+                                  : Tokenizer::from_hf_json(format::metadata_value(parsed->desc, "tokenizer.hf_json"));
+  });
 }
 
-// Several prompts, one a line, generated together over the session's KV-cache slots.
-int run_generate_many(const GenerateArgs& o, Runner& runner, std::vector<int64_t> eos) {
+// Several prompts, one a line, generated together over the session's KV-cache slots;
+// `tokenizer` is set for --prompts-file.
+int run_generate_many(const GenerateArgs& o, Runner& runner, std::vector<int64_t> eos,
+                      const std::optional<Tokenizer>& tokenizer) {
   const bool text = !o.prompts_file.empty();
   const char* flag = text ? "--prompts-file" : "--prompt-ids-file";
   Result<std::vector<std::string>> lines = read_lines(text ? o.prompts_file : o.prompt_ids_file, flag);
   if (!lines.ok()) return fail("generate", lines.status());
-  std::optional<Tokenizer> tokenizer;
-  if (text) {
-    Result<Tokenizer> t = engine_tokenizer(runner.engine());
-    if (!t.ok()) return fail("generate", t.status());
-    tokenizer.emplace(std::move(*t));
-  }
   Result<int64_t> bos = parse_int(runner.engine().metadata("tokenizer.bos"), "tokenizer.bos");
   std::vector<std::vector<int64_t>> prompts;
   for (size_t i = 0; i < lines->size(); ++i) {
@@ -187,23 +196,27 @@ int run_generate(const GenerateArgs& o, bool ids_given) {
   }
   Result<DeviceKind> device = device_from_flag(o.device);
   if (!device.ok()) return fail("generate", device.status(), 2);
+  std::future<Result<Tokenizer>> reading_tokenizer;
+  if (!o.prompt.empty() || !o.prompts_file.empty()) reading_tokenizer = start_reading_tokenizer(o.file);
   Result<Runner> runner = Runner::open(o.file, *device);
   if (!runner.ok()) return fail("generate", runner.status());
+  std::optional<Tokenizer> tokenizer;
+  if (reading_tokenizer.valid()) {
+    Result<Tokenizer> t = reading_tokenizer.get();
+    if (!t.ok()) return fail("generate", t.status());
+    tokenizer.emplace(std::move(*t));
+  }
   if (!o.prompts_file.empty() || !o.prompt_ids_file.empty()) {
     std::vector<int64_t> eos;
     if (!o.ignore_eos) {
       Result<std::vector<int64_t>> e = parse_int_list(runner->engine().metadata("tokenizer.eos"), "tokenizer.eos");
       if (e.ok()) eos = *e;
     }
-    return run_generate_many(o, *runner, std::move(eos));
+    return run_generate_many(o, *runner, std::move(eos), tokenizer);
   }
 
   std::vector<int64_t> ids;
-  std::optional<Tokenizer> tokenizer;
   if (!o.prompt.empty()) {
-    Result<Tokenizer> t = engine_tokenizer(runner->engine());
-    if (!t.ok()) return fail("generate", t.status());
-    tokenizer.emplace(std::move(*t));
     Result<std::vector<int64_t>> encoded = tokenizer->encode(o.prompt);
     if (!encoded.ok()) return fail("generate", encoded.status());
     Result<int64_t> bos = parse_int(runner->engine().metadata("tokenizer.bos"), "tokenizer.bos");
