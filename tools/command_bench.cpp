@@ -601,6 +601,12 @@ int run_bench(const BenchArgs& o) {
            {"repeat_p90_ms", json_number(repeat.p90)},
            {"ratio", json_number(first.median / repeat.median)}};
     }
+    // Each length's first and third sight, in the order run: where a change gains or loses.
+    d["lengths"] = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < lengths.size(); ++i) {
+      d["lengths"].push_back(
+          {{"tokens", lengths[i]}, {"first_ms", json_number(sight[0][i])}, {"third_ms", json_number(sight[2][i])}});
+    }
     json["distinct_lengths"] = d;
   }
   // The switch: decode steps alternating profiles, minus the mean of the two steady costs.

@@ -90,6 +90,14 @@ string(JSON first_ms GET "${doc}" distinct_lengths first_ms)
 if(NOT n EQUAL 40 OR first_ms LESS_EQUAL 0)
   message(FATAL_ERROR "distinct_lengths has n ${n} (want 40) and first_ms ${first_ms}:\n${doc}")
 endif()
+# Each length once, with its two timings.
+string(JSON listed LENGTH "${doc}" distinct_lengths lengths)
+string(JSON last_tokens GET "${doc}" distinct_lengths lengths 39 tokens)
+string(JSON last_third TYPE "${doc}" distinct_lengths lengths 39 third_ms)
+if(NOT listed EQUAL 40 OR last_tokens LESS 16 OR last_tokens GREATER 64 OR NOT last_third STREQUAL "NUMBER")
+  message(FATAL_ERROR "distinct_lengths.lengths has ${listed} entries (want 40), the last of ${last_tokens} tokens "
+                      "with third_ms a ${last_third}:\n${doc}")
+endif()
 message("${doc}")
 
 set(short_engine ${WORK_DIR}/short.gbx)
