@@ -23,6 +23,19 @@ def metrics(doc):
                 "round_prefill_only_ms"):
         if key in doc:
             m[key] = doc[key]
+    distinct = doc.get("distinct_lengths", {})
+    if distinct.get("n"):
+        m["distinct lengths, first sight, median ms"] = distinct["first_ms"]
+        m["distinct lengths, third sight, median ms"] = distinct["repeat_ms"]
+    # The first-seen lengths by octave of the cuBLASLt row buckets ((256, 512], (512, 1024]...).
+    octaves = {}
+    for entry in distinct.get("lengths", []):
+        top = 16
+        while top < entry["tokens"]:
+            top *= 2
+        octaves.setdefault(top, []).append(entry["first_ms"])
+    for top in sorted(octaves):
+        m[f"first sight in ({top // 2}, {top}] tokens, median ms"] = statistics.median(octaves[top])
     return m
 
 
