@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
-#include <map>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -19,16 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer.h"
+#include "tokenizer_json_internal.h"  // bytes_to_byte_level: the ByteLevel characters
 
 namespace {
 
 using Json = nlohmann::json;
-
-/// UTF-8 of a code point below 0x800 (the ByteLevel alphabet's are below 0x144).
-std::string utf8(uint32_t cp) {
-  if (cp < 0x80) return std::string(1, static_cast<char>(cp));
-  return {static_cast<char>(0xC0 | (cp >> 6)), static_cast<char>(0x80 | (cp & 0x3F))};
-}
 
 /// The fixture's layout with `merges` merges over the 256 ByteLevel characters: each merge
 /// joins an earlier token (short ones more often) and a character into a new token of at
@@ -39,10 +33,8 @@ std::string tokenizer_json(int64_t merges) {
   doc.erase("added_tokens");
   doc.erase("post_processor");
   std::vector<std::string> tokens;
-  for (uint32_t b = 0, extra = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    tokens.push_back(utf8(printable ? b : 256 + extra++));
-  }
+  for (int b = 0; b < 256; ++b)
+    tokens.push_back(gearbox::cli::hf_json::bytes_to_byte_level(std::string(1, static_cast<char>(b))));
   std::unordered_set<std::string> known(tokens.begin(), tokens.end());
   Json pairs = Json::array();
   uint64_t x = 0x9E3779B97F4A7C15ull;

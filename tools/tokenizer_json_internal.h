@@ -1,6 +1,7 @@
 // The parts of HfTokenizer (tokenizer_json.h) that its source files share: the UTF-8
 // helpers, the steps of the encode / decode pipeline as read from tokenizer.json, the BPE
-// model, and HfTokenizer::Impl, which holds them. Not for use outside tokenizer_json*.cpp.
+// model, and HfTokenizer::Impl, which holds them. Not for use outside tokenizer_json*.cpp
+// (bench/tokenizer_load_bench.cpp takes the ByteLevel characters from it).
 //
 //   tokenizer_json_read.cpp    tokenizer.json -> Impl (every field checked)
 //   tokenizer_json_encode.cpp  text -> ids: added tokens, normalizer, pre-tokenizer
