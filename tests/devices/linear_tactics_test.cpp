@@ -31,6 +31,36 @@ TEST(LinearTactics, RowBucketsArePowersOfTwoFromSixteen) {
   }
 }
 
+TEST(LinearTactics, AGemmTakesTheListOfItsBucketsTopOrOfTheTopJustBelow) {
+  struct Case {
+    int64_t rows, list;
+  };
+  for (const Case& c : {
+           Case{0, 0},       Case{1, 1},      // one row keeps its own list
+           Case{2, 16},      Case{16, 16},    //
+           Case{17, 32},     Case{300, 512},  // tops below kLowerListFrom: the bucket's top
+           Case{511, 512},   Case{512, 512},  //
+           Case{513, 512},   Case{533, 512},  // just above 512: its list
+           Case{768, 512},   Case{769, 1024},  Case{1024, 1024}, Case{1025, 1024}, Case{1536, 1024}, Case{1537, 2048},
+           Case{4097, 4096}, Case{6144, 4096}, Case{6145, 8192}, Case{8192, 8192}, Case{8193, 8193},  // past the last
+                                                                                                      // top: its own
+       }) {
+    EXPECT_EQ(lt::list_rows(c.rows), c.list) << c.rows;
+  }
+  for (int64_t m = 2; m <= 8192; ++m) {
+    const int64_t list = lt::list_rows(m);
+    // A top, under twice m above the first bucket, and below m only where m is at most half
+    // a bucket above it.
+    ASSERT_EQ(lt::bucket_top(lt::row_bucket(list)), list) << m;
+    if (m > lt::bucket_top(0)) {
+      ASSERT_LT(list, 2 * m) << m;
+    }
+    if (list < m) {
+      ASSERT_TRUE(list >= lt::kLowerListFrom && 2 * (m - list) <= list) << m;
+    }
+  }
+}
+
 TEST(LinearTactics, PlainIdsNameOneHeuristicAtEveryRowCount) {
   for (int64_t m : {1, 100, 5000}) {
     EXPECT_EQ(lt::heuristic(lt::kCublasLt, m), 0);

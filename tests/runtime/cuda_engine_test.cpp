@@ -299,6 +299,23 @@ TEST(CudaEngine, CublasLtLinearsTakeAHeuristicPerRowBucket) {
   }
 }
 
+// Prompts at, just above and well above large row bucket tops give the CPU's logits.
+TEST(CudaEngine, PrefillRowsAroundLargeTopsMatchTheCpu) {
+  if (!have_cuda()) GTEST_SKIP() << "no CUDA device";
+  models::Gemma3Config c = tiny_config();
+  c.dtype = DataType::kBF16;
+  c.max_context = 1600;
+  const std::vector<format::ProfileDesc> profiles = {seq_profile("decode", 1, 1, 1),
+                                                     seq_profile("prefill", 1, 128, 1600)};
+  TestEngine cuda = make_engine(c, profiles, 11, DeviceKind::kCuda);
+  TestEngine cpu = make_engine(c, profiles, 11, DeviceKind::kCpu);
+  Result<Session> gpu = Session::create(cuda.engine), ref = Session::create(cpu.engine);
+  ASSERT_TRUE(gpu.ok() && ref.ok());
+  for (int64_t T : {256, 257, 384, 385, 512, 513, 520, 700, 768, 769, 1024, 1100, 1536, 1537}) {
+    expect_prefill_matches(*gpu, *ref, c.vocab, T, 0);
+  }
+}
+
 // Decode on awkward shapes against the CPU, as a table: one query head per KV head, four,
 // three; head_dim 8 to 256 (the attention's widest rows); hidden and intermediate sizes
 // that are multiples of 8 but not of the 256 threads or the 4-float loads' 1024; sliding

@@ -158,18 +158,10 @@ class CudaContextState final : public DeviceContextState {
   // them all).
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
 
-  /// The row count a GEMM of m rows takes its algorithms from: its row bucket's top
-  /// (linear_tactics.h), the count the builder timed the bucket's heuristics at. One list per
-  /// bucket, not per m, so that a prompt of a length never met before runs kernels already
-  /// loaded and chosen. One row keeps its own list (the one-token call of a prefill
-  /// profile); counts above the last bucket's top keep theirs.
-  static int64_t algo_rows(int64_t m) {
-    using cuda::linear_tactics::bucket_top;
-    using cuda::linear_tactics::kRowBuckets;
-    using cuda::linear_tactics::row_bucket;
-    if (m <= 1 || m > bucket_top(kRowBuckets - 1)) return m;
-    return bucket_top(row_bucket(m));
-  }
+  /// The row count a GEMM of m rows takes its algorithms from (linear_tactics::list_rows): one
+  /// list per bucket (and its lower half's extension), not per m, so that a prompt of a length
+  /// never met before runs kernels already loaded and chosen.
+  static int64_t algo_rows(int64_t m) { return cuda::linear_tactics::list_rows(m); }
 
   /// The index-th heuristic for a GEMM of m rows (its algo_rows); out: the GEMM's output type
   /// (f32, or `type` for run_converted_rounded).

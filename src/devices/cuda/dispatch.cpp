@@ -96,7 +96,7 @@ Result<float*> run_stacked_gemm(const Operands& o, uint32_t tactic, const NodeAr
   auto* y = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + stacked_output_offset(m, k, type));
   auto* state = static_cast<CudaContextState*>(a.context);
   Result<const cublasLtMatmulAlgo_t*> algo =
-      state->algo(m, total, k, type, static_cast<size_t>(lt::heuristic(tactic, m)));
+      state->algo(m, total, k, type, static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m))));
   if (!algo.ok()) return algo.status();
   GEARBOX_RETURN_IF_ERROR(
       state->gemm->run_converted(*algo, a.scratch, o.weights.ptr[o.wid(0)], type, nullptr, y, m, total, k, launch));
@@ -237,7 +237,7 @@ Status run_linear_gemm(const Network& net, const CudaWeights& weights, size_t n,
   if (!shared_input.ok()) return shared_input.status();
   const int64_t m = o.rows(), k = o.k();
   const DataType type = weights.type[o.wid(0)];
-  const auto alt = static_cast<size_t>(lt::heuristic(tactic, m));  // the heuristic at this call's rows
+  const auto alt = static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m)));  // the heuristic at this call's rows
   auto* state = static_cast<CudaContextState*>(a.context);
   for (size_t i = 0; i < outs; ++i) {
     Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, o.wdims(i)[0], k, type, alt);
@@ -269,7 +269,7 @@ Result<RoundedGateUp> run_linear_rounded(const Network& net, const CudaWeights& 
   }
   const int64_t m = o.rows(), k = o.k();
   const DataType type = weights.type[o.wid(0)];
-  const auto alt = static_cast<size_t>(lt::heuristic(tactic, m));  // the heuristic at this call's rows
+  const auto alt = static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m)));  // the heuristic at this call's rows
   auto* state = static_cast<CudaContextState*>(a.context);
   const int64_t width = o.wdims(0)[0];
   auto* base = reinterpret_cast<char*>(o.out(0));

@@ -42,6 +42,26 @@ constexpr int row_bucket(int64_t m) {
   return b;
 }
 
+/// The smallest top whose list serves the row counts just above it (list_rows).
+inline constexpr int64_t kLowerListFrom = 512;
+
+/// The row count whose cuBLASLt heuristic list, and whose bucket's heuristic index, a GEMM of
+/// m rows runs: the count the builder timed that bucket at and the session's warm-up loaded
+/// (so a length never met before loads nothing). One row, and counts above the last top, keep
+/// their own. m at most half a bucket above a top of at least kLowerListFrom rows takes that
+/// top's: the upper top's algorithms are tiled for up to twice the rows, and a length just
+/// past a top ran as many tiles as twice that top (decision 0040). Other counts take their
+/// bucket's top.
+constexpr int64_t list_rows(int64_t m) {
+  if (m <= 1 || m > bucket_top(kRowBuckets - 1)) return m;
+  const int b = row_bucket(m);
+  if (b > 0) {
+    const int64_t below = bucket_top(b - 1);
+    if (below >= kLowerListFrom && m - below <= below / 2) return below;
+  }
+  return bucket_top(b);
+}
+
 constexpr bool is_by_rows(uint32_t t) {
   return (t & kByRows) != 0 && (t & ~(kByRows | kByRowsStacked | kByRowsIndexBits)) == 0;
 }
