@@ -385,8 +385,9 @@ class CudaBackend final : public DeviceBackend {
   }
 
   /// The smallest, opt and largest extent, and every row bucket's top between them: a GEMM
-  /// takes its algorithms from its bucket's top (CudaContextState::algo_rows), so these
-  /// calls choose and load every kernel the profile's calls run.
+  /// takes its algorithms from its bucket's top or the top just below it
+  /// (linear_tactics::list_rows), which lies between these extents or is the smallest one's,
+  /// so these calls choose and load every kernel the profile's calls run.
   std::vector<int64_t> warm_up_extents(int64_t min, int64_t opt, int64_t max) const override {
     std::vector<int64_t> extents = {min, opt, max};
     for (int b = 0; b < cuda::linear_tactics::kRowBuckets; ++b) {
