@@ -35,15 +35,13 @@ TEST(LinearTactics, AGemmTakesTheListOfItsBucketsTopOrOfTheTopJustBelow) {
   struct Case {
     int64_t rows, list;
   };
+  // One row and counts past the last top keep their own list; tops below kLowerListFrom
+  // serve their bucket; a top of 512 or more serves up to half a bucket above it.
   for (const Case& c : {
-           Case{0, 0},       Case{1, 1},      // one row keeps its own list
-           Case{2, 16},      Case{16, 16},    //
-           Case{17, 32},     Case{300, 512},  // tops below kLowerListFrom: the bucket's top
-           Case{511, 512},   Case{512, 512},  //
-           Case{513, 512},   Case{533, 512},  // just above 512: its list
-           Case{768, 512},   Case{769, 1024},  Case{1024, 1024}, Case{1025, 1024}, Case{1536, 1024}, Case{1537, 2048},
-           Case{4097, 4096}, Case{6144, 4096}, Case{6145, 8192}, Case{8192, 8192}, Case{8193, 8193},  // past the last
-                                                                                                      // top: its own
+           Case{0, 0},       Case{1, 1},       Case{2, 16},      Case{16, 16},     Case{17, 32},     Case{300, 512},
+           Case{511, 512},   Case{512, 512},   Case{513, 512},   Case{533, 512},   Case{768, 512},   Case{769, 1024},
+           Case{1024, 1024}, Case{1025, 1024}, Case{1536, 1024}, Case{1537, 2048}, Case{4097, 4096}, Case{6144, 4096},
+           Case{6145, 8192}, Case{8192, 8192}, Case{8193, 8193},
        }) {
     EXPECT_EQ(lt::list_rows(c.rows), c.list) << c.rows;
   }

@@ -153,21 +153,19 @@ class CudaContextState final : public DeviceContextState {
   std::vector<ShapeGraphs> shape_graphs;  // per profile (those whose shapes vary)
   // Per network output: the progress slots its GEMV fills this call (HostOutputs::bind).
   std::vector<cuda::OutputProgress> host_progress;
-  // cuBLASLt heuristics per (rows, N, K, weight type, output type), rows being algo_rows(M),
-  // so a call needs no host-side query once its bucket has been met (Session::warm_up meets
-  // them all).
+  // cuBLASLt heuristics per (rows, N, K, weight type, output type), rows being
+  // linear_tactics::list_rows(M), so a call needs no host-side query once its list has been
+  // met (Session::warm_up meets them all).
   std::map<std::tuple<int64_t, int64_t, int64_t, int, int>, std::vector<cublasLtMatmulHeuristicResult_t>> algos;
 
-  /// The row count a GEMM of m rows takes its algorithms from (linear_tactics::list_rows): one
-  /// list per bucket (and its lower half's extension), not per m, so that a prompt of a length
-  /// never met before runs kernels already loaded and chosen.
-  static int64_t algo_rows(int64_t m) { return cuda::linear_tactics::list_rows(m); }
-
-  /// The index-th heuristic for a GEMM of m rows (its algo_rows); out: the GEMM's output type
-  /// (f32, or `type` for run_converted_rounded).
-  Result<const cublasLtMatmulAlgo_t*> algo(int64_t m, int64_t n, int64_t k, DataType type, size_t index,
+  /// The algorithm cuBLASLt tactic `tactic` runs for a GEMM of m rows: the heuristic it names
+  /// for the list's rows, from the list at linear_tactics::list_rows(m) (one list per bucket,
+  /// not per m, so that a prompt of a length never met before runs kernels already loaded and
+  /// chosen). out: the GEMM's output type (f32, or `type` for run_converted_rounded).
+  Result<const cublasLtMatmulAlgo_t*> algo(uint32_t tactic, int64_t m, int64_t n, int64_t k, DataType type,
                                            DataType out = DataType::kF32) {
-    m = algo_rows(m);
+    m = cuda::linear_tactics::list_rows(m);
+    const auto index = static_cast<size_t>(cuda::linear_tactics::heuristic(tactic, m));
     auto key = std::make_tuple(m, n, k, static_cast<int>(type), static_cast<int>(out));
     auto it = algos.find(key);
     if (it == algos.end()) {

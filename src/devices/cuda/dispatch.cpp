@@ -95,8 +95,7 @@ Result<float*> run_stacked_gemm(const Operands& o, uint32_t tactic, const NodeAr
   for (size_t i = 0; i < o.node.outputs.size(); ++i) total += o.wdims(i)[0];
   auto* y = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + stacked_output_offset(m, k, type));
   auto* state = static_cast<CudaContextState*>(a.context);
-  Result<const cublasLtMatmulAlgo_t*> algo =
-      state->algo(m, total, k, type, static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m))));
+  Result<const cublasLtMatmulAlgo_t*> algo = state->algo(tactic, m, total, k, type);
   if (!algo.ok()) return algo.status();
   GEARBOX_RETURN_IF_ERROR(
       state->gemm->run_converted(*algo, a.scratch, o.weights.ptr[o.wid(0)], type, nullptr, y, m, total, k, launch));
@@ -237,10 +236,9 @@ Status run_linear_gemm(const Network& net, const CudaWeights& weights, size_t n,
   if (!shared_input.ok()) return shared_input.status();
   const int64_t m = o.rows(), k = o.k();
   const DataType type = weights.type[o.wid(0)];
-  const auto alt = static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m)));  // the heuristic at this call's rows
   auto* state = static_cast<CudaContextState*>(a.context);
   for (size_t i = 0; i < outs; ++i) {
-    Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, o.wdims(i)[0], k, type, alt);
+    Result<const cublasLtMatmulAlgo_t*> algo = state->algo(tactic, m, o.wdims(i)[0], k, type);
     if (!algo.ok()) return algo.status();
     const void* w = weights.ptr[o.wid(i)];
     GEARBOX_RETURN_IF_ERROR(
@@ -269,20 +267,19 @@ Result<RoundedGateUp> run_linear_rounded(const Network& net, const CudaWeights& 
   }
   const int64_t m = o.rows(), k = o.k();
   const DataType type = weights.type[o.wid(0)];
-  const auto alt = static_cast<size_t>(lt::heuristic(tactic, lt::list_rows(m)));  // the heuristic at this call's rows
   auto* state = static_cast<CudaContextState*>(a.context);
   const int64_t width = o.wdims(0)[0];
   auto* base = reinterpret_cast<char*>(o.out(0));
   const auto bytes = static_cast<int64_t>(data_type_size(type));
   if (is_stacked(tactic)) {
     if (!o.stacked_on_device()) return internal_error("linear weights not stacked on the device");
-    Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, 2 * width, k, type, alt, type);
+    Result<const cublasLtMatmulAlgo_t*> algo = state->algo(tactic, m, 2 * width, k, type, type);
     if (!algo.ok()) return algo.status();
     GEARBOX_RETURN_IF_ERROR(state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[o.wid(0)], type, base, m,
                                                                2 * width, k, launch));
     return RoundedGateUp{base, base + width * bytes, 2 * width};
   }
-  Result<const cublasLtMatmulAlgo_t*> algo = state->algo(m, width, k, type, alt, type);
+  Result<const cublasLtMatmulAlgo_t*> algo = state->algo(tactic, m, width, k, type, type);
   if (!algo.ok()) return algo.status();
   for (size_t i = 0; i < 2; ++i) {
     GEARBOX_RETURN_IF_ERROR(state->gemm->run_converted_rounded(*algo, a.scratch, weights.ptr[o.wid(i)], type,
